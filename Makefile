@@ -1,0 +1,44 @@
+# Two entry points for a fresh machine with Python 3.11: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CONSTRAINTS := requirements/constraints.txt
+PORT ?= 8000
+
+.PHONY: run test lint check-ci install install-dev demo clean-data
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.installed: $(PY) pyproject.toml $(CONSTRAINTS)
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+demo: install
+	$(PY) manage.py migrate --no-input
+	$(PY) manage.py setup_demo
+
+run: demo
+	PORT=$(PORT) scripts/dev-server
+
+test: install-dev
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: install-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
+	$(PY) manage.py makemigrations --check --dry-run
+
+clean-data:
+	rm -rf var

@@ -1,0 +1,114 @@
+"""Small typed readers for settings that come from the environment.
+
+Each reader fails loudly, naming the variable and the bad value, instead of letting a typo
+become a silent default. They are plain functions so settings.py reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use one of 1/0, true/false")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_path(name: str, default: Path) -> Path:
+    raw = os.environ.get(name)
+    return Path(raw).expanduser().resolve() if raw else default
+
+
+@dataclass(frozen=True)
+class DatabaseUrl:
+    engine: str
+    name: str
+    user: str = ""
+    password: str = ""
+    host: str = ""
+    port: str = ""
+
+    def as_django(self) -> dict[str, object]:
+        config: dict[str, object] = {
+            "ENGINE": self.engine,
+            "NAME": self.name,
+            "USER": self.user,
+            "PASSWORD": self.password,
+            "HOST": self.host,
+            "PORT": self.port,
+        }
+        if self.engine.endswith("sqlite3"):
+            # WAL lets the web server read while the embedded worker writes.
+            config["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20}
+        else:
+            config["CONN_MAX_AGE"] = 60
+            config["CONN_HEALTH_CHECKS"] = True
+        return config
+
+
+_ENGINES = {
+    "postgres": "django.db.backends.postgresql",
+    "postgresql": "django.db.backends.postgresql",
+    "sqlite": "django.db.backends.sqlite3",
+}
+
+
+def parse_database_url(url: str, *, variable: str = "DATABASE_URL") -> DatabaseUrl:
+    """postgres://user:pass@host:5432/name, sqlite:////absolute/path.db or sqlite:///relative.db."""
+    parts = urlsplit(url)
+    engine = _ENGINES.get(parts.scheme)
+    if engine is None:
+        known = ", ".join(sorted(_ENGINES))
+        raise ImproperlyConfigured(f"{variable}: unsupported scheme {parts.scheme!r}; use {known}")
+    if engine.endswith("sqlite3"):
+        path = unquote(parts.path)[1:]  # the URL's own slash; a second one means absolute
+        if not path:
+            raise ImproperlyConfigured(f"{variable}: sqlite URL needs a path, e.g. sqlite:///db")
+        return DatabaseUrl(engine=engine, name=path)
+    name = unquote(parts.path.lstrip("/"))
+    if not name:
+        raise ImproperlyConfigured(f"{variable}: no database name in {url!r}")
+    return DatabaseUrl(
+        engine=engine,
+        name=name,
+        user=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+        host=parts.hostname or "",
+        port=str(parts.port or ""),
+    )

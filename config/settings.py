@@ -1,0 +1,158 @@
+"""Settings for every deployment, read from the environment.
+
+Defaults are embedded and need no server: SQLite and a filesystem Celery broker inside
+HARNESS_DATA_DIR. Production (DEPLOYMENT=production) refuses to start without a
+SECRET_KEY or with DEBUG on. See docs/operations.md for every variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_int, env_list, env_path, env_str, parse_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEPLOYMENT = env_str("DEPLOYMENT", "development")
+if DEPLOYMENT not in {"development", "production"}:
+    raise ImproperlyConfigured(f"DEPLOYMENT={DEPLOYMENT!r}; use development or production")
+PRODUCTION = DEPLOYMENT == "production"
+
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+SECRET_KEY = env_str("SECRET_KEY", "")
+if PRODUCTION and not SECRET_KEY:
+    raise ImproperlyConfigured(
+        "DEPLOYMENT=production needs SECRET_KEY: sessions and tokens would be forgeable "
+        "with a built-in key. Set SECRET_KEY to a long random string."
+    )
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured(
+        "DEPLOYMENT=production with DEBUG on would leak settings and tracebacks to users. "
+        "Unset DEBUG or set DEBUG=0."
+    )
+SECRET_KEY = SECRET_KEY or "development-only-key-never-use-in-production"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Everything the application writes outside the database: the SQLite file, the embedded
+# broker's queue folders, retrieval indexes, exports.
+DATA_DIR = env_path("HARNESS_DATA_DIR", BASE_DIR / "var")
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "js_lib_htmx",
+    "harness_app",
+    "trajectories",
+    "training",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "harness_app.roles.roles_context",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'harness.sqlite3'}")
+DATABASES = {"default": parse_database_url(DATABASE_URL).as_django()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "staticfiles")
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly.js comes from the installed plotly wheel, so no copy lives in the repository.
+    "harness_app.staticfinders.PlotlyFinder",
+]
+
+SESSION_COOKIE_SECURE = PRODUCTION
+CSRF_COOKIE_SECURE = PRODUCTION
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# Celery: the embedded default is kombu's filesystem transport, so `make run` needs no
+# broker server; production points CELERY_BROKER_URL at Redis.
+BROKER_DIR = DATA_DIR / "broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("queue", "processed"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+VLLM_BASE_URL = env_str("VLLM_BASE_URL", "http://127.0.0.1:8000/v1")
+HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 2)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,18 @@
+#!/bin/sh
+# web: migrate, then serve with gunicorn. worker: a Celery worker on $CELERY_QUEUES.
+set -eu
+case "${1:-web}" in
+  web)
+    python manage.py migrate --no-input
+    exec gunicorn config.wsgi:application --bind 0.0.0.0:8000 \
+      --workers "${WEB_CONCURRENCY:-3}" --timeout 120 --access-logfile -
+    ;;
+  worker)
+    exec celery -A config worker --loglevel=INFO \
+      --queues="${CELERY_QUEUES:-celery,index,rollouts,rollouts_llm}" \
+      --concurrency="${CELERY_CONCURRENCY:-4}"
+    ;;
+  *)
+    exec "$@"
+    ;;
+esac

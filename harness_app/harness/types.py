@@ -1,0 +1,111 @@
+"""Value types shared by every part of the harness.
+
+These are the contracts between retrieval, the environment, the policies and the Django
+apps that persist episodes. They are plain dataclasses so they serialise to JSON without
+ceremony and cost nothing to construct on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    doc_id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    doc_id: str
+    score: float
+    rank: int  # 1-based position in the result list
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Ranked retrieval over one corpus, plus random access to its documents."""
+
+    def search(
+        self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
+    ) -> list[SearchHit]:
+        """Top-k hits for `query`, never returning an id in `exclude`."""
+        ...
+
+    def document(self, doc_id: str) -> Document:
+        """The stored document; raises KeyError for an unknown id."""
+        ...
+
+    def __contains__(self, doc_id: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def iter_documents(self) -> Iterator[Document]:
+        """Every document in corpus order (used by grep_corpus, which bounds its own work)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class QuerySpec:
+    """One question an episode works on, with its relevance judgements.
+
+    `qrels` maps doc id to grade: 2 = answer-bearing, 1 = other supporting evidence.
+    A policy never sees the qrels; the environment uses them only for metrics.
+    """
+
+    query_id: str
+    text: str
+    answer: str = ""
+    qrels: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def relevant(self) -> frozenset[str]:
+        return frozenset(d for d, g in self.qrels.items() if g >= 1)
+
+    @property
+    def answer_docs(self) -> frozenset[str]:
+        return frozenset(d for d, g in self.qrels.items() if g >= 2)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool invocation as a policy produced it.
+
+    `arguments` is whatever the policy emitted: a dict when it parsed, or the raw string
+    when it did not. The environment validates it and never raises on bad input.
+    """
+
+    name: str
+    arguments: dict[str, Any] | str
+    call_id: str = ""
+
+
+@dataclass(slots=True)
+class ToolResult:
+    call_id: str
+    name: str
+    content: str  # exactly the text the model sees for this call
+    ok: bool = True  # False means a format error (unknown tool, bad arguments, unknown id)
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Observation:
+    """What `reset` and `step` return.
+
+    `text` is the whole observation as the model sees it this turn: the tool results followed
+    by the rendered WORKINGMEMORY. `done` is set when the episode ended (end_search, budget,
+    or repeated format errors) with `termination_reason` saying which.
+    """
+
+    turn: int
+    text: str
+    tool_results: list[ToolResult]
+    working_memory: str
+    done: bool = False
+    termination_reason: str = ""
+    info: dict[str, Any] = field(default_factory=dict)

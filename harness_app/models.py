@@ -1,0 +1,1 @@
+"""Corpora, documents, benchmarks, queries, qrels and policy configs live here."""

@@ -1,0 +1,53 @@
+"""/healthz reports the database and the broker, and answers 503 when one is down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.django_db
+def test_healthz_is_public_and_reports_both_checks(client) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["checks"]["database"]["ok"] is True
+    assert body["checks"]["broker"]["ok"] is True
+
+
+def _healthz_in_subprocess(tmp_path, **env: str) -> dict:
+    code = (
+        "import django, json; django.setup(); from django.test import Client; "
+        "r = Client().get('/healthz'); print(json.dumps({'http': r.status_code, **r.json()}))"
+    )
+    full = dict(os.environ, HARNESS_DATA_DIR=str(tmp_path), HEALTH_CHECK_TIMEOUT_S="1", **env)
+    full["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    full["ALLOWED_HOSTS"] = "testserver"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True, text=True, timeout=90
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_healthz_is_503_when_the_broker_is_unreachable(tmp_path) -> None:
+    body = _healthz_in_subprocess(tmp_path, CELERY_BROKER_URL="redis://127.0.0.1:9/0")
+    assert body["http"] == 503
+    assert body["status"] == "unavailable"
+    assert body["checks"]["broker"]["ok"] is False
+    assert body["checks"]["database"]["ok"] is True
+
+
+def test_healthz_is_503_when_the_database_is_unreachable(tmp_path) -> None:
+    body = _healthz_in_subprocess(tmp_path, DATABASE_URL="postgres://nobody@127.0.0.1:9/nothing")
+    assert body["http"] == 503
+    assert body["status"] == "unavailable"
+    assert body["checks"]["database"]["ok"] is False
+    assert "OperationalError" in body["checks"]["database"]["detail"]

@@ -1,0 +1,1 @@
+"""SFT exports, RL batches, RL jobs and policy versions live here (see docs/architecture.md)."""
