@@ -1,0 +1,111 @@
+"""A real Celery worker process for tests that exercise queued work end to end.
+
+The worker runs the project's Celery app in a subprocess against the test database (the
+SQLite test database is a file for this reason; on PostgreSQL the worker connects to
+`test_<name>`) and the configured broker: Redis in CI, the filesystem transport locally.
+Tests using it need `django_db(transaction=True)` so their rows are committed and visible.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.conftest import ROOT
+
+
+class LiveWorker:
+    def __init__(self, process: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.process = process
+        self.log_path = log_path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool children), as a crash would."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def start_worker(
+    tmp_path: Path,
+    *,
+    queues: str = "celery,index,rollouts,rollouts_llm,training",
+    concurrency: int = 2,
+    extra_env: dict[str, str] | None = None,
+) -> LiveWorker:
+    env = dict(os.environ)
+    test_db = connection.settings_dict["NAME"]
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        env["DATABASE_URL"] = f"sqlite:///{test_db}"
+    else:
+        db = connection.settings_dict
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:"
+            f"{db['PORT'] or 5432}/{test_db}"
+        )
+    env["HARNESS_DATA_DIR"] = str(settings.DATA_DIR)
+    env.update(extra_env or {})
+    log_path = tmp_path / "worker.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--loglevel=INFO",
+            f"--queues={queues}",
+            f"--concurrency={concurrency}",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    worker = LiveWorker(process, log_path)
+    deadline = time.monotonic() + 60
+    while "ready." not in worker.log():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"Celery worker did not start:\n{worker.log()[-4000:]}")
+        time.sleep(0.2)
+    return worker
+
+
+@pytest.fixture
+def live_worker(tmp_path: Path, transactional_db: None) -> Iterator[LiveWorker]:
+    worker = start_worker(tmp_path)
+    yield worker
+    if worker.process.poll() is None:
+        os.killpg(worker.process.pid, signal.SIGTERM)
+        try:
+            worker.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+def wait_until(predicate, *, timeout: float = 60, interval: float = 0.2, what: str = "condition"):
+    """Poll `predicate` until it returns truthy; fail the test with `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
