@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS := requirements/constraints.txt
 PORT ?= 8000
 
-.PHONY: run test lint check-ci install install-dev demo clean-data
+.PHONY: run test lint install install-dev demo clean-data llm
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,8 @@ lint: install-dev
 
 clean-data:
 	rm -rf var
+
+# A real vLLM (CPU build) serving SmolLM2-135M-Instruct on 127.0.0.1:8011, in .llm/.
+llm:
+	scripts/llm/setup.sh
+	scripts/llm/serve.sh

@@ -160,3 +160,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+EPISODE_STALE_AFTER_S = env_int("EPISODE_STALE_AFTER_S", 300)
+VLLM_TIMEOUT_S = env_int("VLLM_TIMEOUT_S", 120)
+VLLM_RETRIES = env_int("VLLM_RETRIES", 3)
+EPISODE_SOFT_TIME_LIMIT_S = env_int("EPISODE_SOFT_TIME_LIMIT_S", 1800)

@@ -56,6 +56,7 @@ def start_worker(
         )
     env["HARNESS_DATA_DIR"] = str(settings.DATA_DIR)
     env.update(extra_env or {})
+    tmp_path.mkdir(parents=True, exist_ok=True)
     log_path = tmp_path / "worker.log"
     log = log_path.open("wb")
     process = subprocess.Popen(

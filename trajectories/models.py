@@ -1,1 +1,287 @@
-"""Rollout batches, episodes, turns and model calls live here (see docs/architecture.md)."""
+"""Rollout batches, groups, episodes, turns and the model calls behind them.
+
+An episode's turns and model calls are written as they happen, so a crashed worker leaves a
+partial episode that `episode_run` deletes and re-runs from the start (see services.py).
+Final-state rows (curated items, evidence graph, verifications) are written once, with the
+episode's completion, for querying across episodes.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class TerminationPolicy(models.TextChoices):
+    LAST_TOOL = "last_tool", "last_tool: a reply without a tool call ends the episode"
+    MAX_TURNS = "max_turns", "max_turns: run until end_search, budget or max turns"
+
+
+class BatchStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Completed with failures"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class EpisodeStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+FINISHED_EPISODE = (EpisodeStatus.COMPLETED, EpisodeStatus.FAILED, EpisodeStatus.CANCELLED)
+
+
+class RolloutBatch(models.Model):
+    benchmark = models.ForeignKey("harness_app.Benchmark", on_delete=models.PROTECT)
+    policy = models.ForeignKey("harness_app.PolicyConfig", on_delete=models.PROTECT)
+    ablation = models.JSONField(default=dict, help_text="harness Ablation.to_json()")
+    ablation_label = models.CharField(max_length=200, default="full")
+    samples_per_query = models.PositiveIntegerField(default=1)
+    max_turns = models.PositiveIntegerField(default=40)
+    termination_policy = models.CharField(
+        max_length=20, choices=TerminationPolicy.choices, default=TerminationPolicy.MAX_TURNS
+    )
+    query_limit = models.PositiveIntegerField(null=True, blank=True)
+    reward_weights = models.JSONField(default=dict)
+    status = models.CharField(
+        max_length=20, choices=BatchStatus.choices, default=BatchStatus.QUEUED
+    )
+    episodes_total = models.PositiveIntegerField(default=0)
+    episodes_completed = models.PositiveIntegerField(default=0)
+    episodes_failed = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"batch {self.pk} ({self.benchmark_id}, {self.ablation_label})"
+
+    @property
+    def episodes_finished(self) -> int:
+        return self.episodes_completed + self.episodes_failed
+
+    @property
+    def progress(self) -> float:
+        return self.episodes_finished / self.episodes_total if self.episodes_total else 0.0
+
+
+class RolloutGroup(models.Model):
+    """The samples of one query within a batch: the unit of group-relative advantages."""
+
+    batch = models.ForeignKey(RolloutBatch, on_delete=models.CASCADE, related_name="groups")
+    query = models.ForeignKey("harness_app.Query", on_delete=models.PROTECT)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "query"], name="group_unique_query")
+        ]
+
+    def __str__(self) -> str:
+        return f"group {self.pk} (batch {self.batch_id}, query {self.query_id})"
+
+
+class Episode(models.Model):
+    group = models.ForeignKey(RolloutGroup, on_delete=models.CASCADE, related_name="episodes")
+    # Denormalised from the group so list filters need no joins on the hot path.
+    batch = models.ForeignKey(RolloutBatch, on_delete=models.CASCADE, related_name="episodes")
+    query = models.ForeignKey("harness_app.Query", on_delete=models.PROTECT)
+    sample_index = models.PositiveIntegerField(default=0)
+    status = models.CharField(
+        max_length=20, choices=EpisodeStatus.choices, default=EpisodeStatus.PENDING
+    )
+    termination_reason = models.CharField(max_length=40, blank=True)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    policy_version = models.CharField(max_length=100, blank=True)
+    metrics = models.JSONField(default=dict)
+    reward = models.FloatField(null=True, blank=True)
+    reward_components = models.JSONField(default=dict)
+    timings = models.JSONField(default=dict, help_text="seconds per stage")
+    # Metric columns copied out of `metrics` so filters and sorts can use indexes.
+    curated_recall = models.FloatField(null=True, blank=True)
+    trajectory_recall = models.FloatField(null=True, blank=True)
+    final_answer_recall = models.FloatField(null=True, blank=True)
+    tool_diversity = models.PositiveSmallIntegerField(null=True, blank=True)
+    turns = models.PositiveIntegerField(default=0)
+    format_errors = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["group", "sample_index"], name="episode_unique_sample")
+        ]
+        indexes = [
+            models.Index(fields=["batch", "status"]),
+            models.Index(fields=["status", "heartbeat_at"]),
+            models.Index(fields=["final_answer_recall"]),
+            models.Index(fields=["curated_recall"]),
+            models.Index(fields=["reward"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"episode {self.pk} (batch {self.batch_id}, sample {self.sample_index})"
+
+
+class Turn(models.Model):
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="turn_rows")
+    index = models.PositiveIntegerField()
+    tool_calls = models.JSONField(default=list)
+    observation = models.TextField(help_text="exactly as the model saw it")
+    state = models.JSONField(help_text="harness state snapshot after this turn")
+    curated_recall = models.FloatField(default=0.0)
+    trajectory_recall = models.FloatField(default=0.0)
+    final_answer_recall = models.FloatField(default=0.0)
+    format_errors = models.PositiveIntegerField(default=0)
+    harness_ms = models.FloatField(default=0.0)
+    policy_ms = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["index"]
+        constraints = [
+            models.UniqueConstraint(fields=["episode", "index"], name="turn_unique_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"turn {self.index} of episode {self.episode_id}"
+
+
+def pack_ints(values: list[int]) -> bytes:
+    return array("i", values).tobytes()
+
+
+def unpack_ints(blob: bytes | memoryview | None) -> list[int]:
+    out = array("i")
+    if blob:
+        out.frombytes(bytes(blob))
+    return out.tolist()
+
+
+def pack_floats(values: list[float]) -> bytes:
+    return array("f", values).tobytes()
+
+
+def unpack_floats(blob: bytes | memoryview | None) -> list[float]:
+    out = array("f")
+    if blob:
+        out.frombytes(bytes(blob))
+    return out.tolist()
+
+
+class ModelCall(models.Model):
+    """One chat completion, token-faithful: ids as int32 and logprobs as float32 blobs."""
+
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="model_calls")
+    turn_index = models.PositiveIntegerField()
+    request = models.JSONField()
+    response = models.JSONField(default=dict)
+    prompt_token_ids_blob = models.BinaryField(default=bytes)
+    completion_token_ids_blob = models.BinaryField(default=bytes)
+    completion_logprobs_blob = models.BinaryField(default=bytes)
+    finish_reason = models.CharField(max_length=40, blank=True)
+    usage = models.JSONField(default=dict)
+    latency_ms = models.FloatField(default=0.0)
+    policy_version = models.CharField(max_length=100, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["turn_index", "pk"]
+
+    def __str__(self) -> str:
+        return f"model call {self.pk} (episode {self.episode_id}, turn {self.turn_index})"
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return unpack_ints(self.prompt_token_ids_blob)
+
+    @property
+    def completion_token_ids(self) -> list[int]:
+        return unpack_ints(self.completion_token_ids_blob)
+
+    @property
+    def completion_logprobs(self) -> list[float]:
+        return unpack_floats(self.completion_logprobs_blob)
+
+    def token_fields(self) -> dict[str, Any]:
+        return {
+            "prompt_token_ids": self.prompt_token_ids,
+            "completion_token_ids": self.completion_token_ids,
+            "completion_logprobs": self.completion_logprobs,
+        }
+
+
+class CuratedItem(models.Model):
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="curated_items")
+    document = models.ForeignKey("harness_app.Document", on_delete=models.PROTECT)
+    tag = models.CharField(max_length=20)
+    added_turn = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["episode", "document"], name="curated_unique_doc")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document_id} [{self.tag}] in episode {self.episode_id}"
+
+
+class EvidenceNode(models.Model):
+    class Kind(models.TextChoices):
+        DOCUMENT = "document", "Document"
+        ENTITY = "entity", "Entity"
+
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="evidence_nodes")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    key = models.CharField(max_length=300)
+    label = models.CharField(max_length=300)
+    is_bridge = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["episode", "kind", "key"], name="node_unique_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
+class EvidenceEdge(models.Model):
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="evidence_edges")
+    source = models.ForeignKey(EvidenceNode, on_delete=models.CASCADE, related_name="+")
+    target = models.ForeignKey(EvidenceNode, on_delete=models.CASCADE, related_name="+")
+
+    def __str__(self) -> str:
+        return f"{self.source_id} -> {self.target_id}"
+
+
+class Verification(models.Model):
+    class Verdict(models.TextChoices):
+        SUPPORTED = "supported", "Supported"
+        UNSUPPORTED = "unsupported", "Unsupported"
+        UNCLEAR = "unclear", "Unclear"
+
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="verifications")
+    document = models.ForeignKey("harness_app.Document", on_delete=models.PROTECT)
+    claim = models.TextField()
+    verdict = models.CharField(max_length=20, choices=Verdict.choices)
+    score = models.FloatField(default=0.0)
+    evidence = models.JSONField(default=list)
+    turn_index = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.verdict}: {self.claim[:60]}"

@@ -1,0 +1,236 @@
+"""An OpenAI-compatible chat policy: the harness's tools, offered to a model behind vLLM.
+
+The conversation is append-only: each turn adds the tool results and the new
+WORKINGMEMORY after what the model already saw, and nothing earlier is ever rewritten, so
+every call's prompt extends the previous call's prompt plus its completion (what prefix
+merging in reconstruct.py relies on).
+
+Two action formats, chosen by the policy config:
+
+- `openai_tools`: tools go in the request and the server's tool-call parser (hermes for
+  vLLM) extracts the calls.
+- `json_schema`: the tools are described in the system prompt and the reply is constrained
+  by `response_format` to one JSON action, so even a tiny model produces valid actions.
+
+Every call, failed or not, is kept in `calls` with its turn index for the worker to persist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness_app.harness.llm.client import ChatClient, ModelCallError, ModelCallRecord, Sampling
+from harness_app.harness.policies.base import PolicyError
+from harness_app.harness.types import Observation, ToolCall
+
+SYSTEM_PROMPT_V1 = """You are a search agent working inside a search harness. Your goal is to \
+find and curate every document needed to answer the user's question, not to answer it \
+yourself. The harness keeps your working memory: after each action it shows the results \
+and a WORKINGMEMORY with your curated set, candidate pool, searches so far, bridge \
+entities, verifications and remaining budget.
+
+Each turn, call one or more tools. Search for the entities in the question, follow bridge \
+entities to the next hop, curate the documents that hold evidence with an importance tag \
+(very_high, high, fair, low), verify key claims, and call end_search when the curated set \
+holds the evidence."""
+
+SYSTEM_PROMPTS = {"v1": SYSTEM_PROMPT_V1}
+
+TOOL_CALL_FORMATS = ("openai_tools", "json_schema")
+_HERMES_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+
+class PolicyStop(PolicyError):
+    """The policy ended the episode; `reason` is recorded as the termination reason."""
+
+    def __init__(self, reason: str, message: str = "") -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+@dataclass
+class ChatPolicyConfig:
+    system_prompt_version: str = "v1"
+    tool_call_format: str = "openai_tools"
+    termination_policy: str = "max_turns"  # or "last_tool"
+    sampling: Sampling = field(default_factory=Sampling)
+    retries: int = 3
+    retry_backoff_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.system_prompt_version not in SYSTEM_PROMPTS:
+            known = ", ".join(SYSTEM_PROMPTS)
+            raise ValueError(
+                f"unknown system_prompt_version {self.system_prompt_version!r}; use {known}"
+            )
+        if self.tool_call_format not in TOOL_CALL_FORMATS:
+            raise ValueError(
+                f"unknown tool_call_format {self.tool_call_format!r}; "
+                f"use one of {TOOL_CALL_FORMATS}"
+            )
+        if self.termination_policy not in ("max_turns", "last_tool"):
+            raise ValueError(
+                f"unknown termination_policy {self.termination_policy!r}; "
+                "use max_turns or last_tool"
+            )
+
+
+def action_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """One JSON action: {"tool": name, "arguments": {...}} matching that tool's parameters."""
+    options = [
+        {
+            "type": "object",
+            "properties": {
+                "tool": {"type": "string", "enum": [t["function"]["name"]]},
+                "arguments": t["function"]["parameters"],
+            },
+            "required": ["tool", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    return {"anyOf": options}
+
+
+class ChatPolicy:
+    name = "openai"
+
+    def __init__(
+        self,
+        client: ChatClient,
+        tools: list[dict[str, Any]],
+        config: ChatPolicyConfig | None = None,
+        *,
+        prefix_messages: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.client = client
+        self.tools = tools
+        self.config = config or ChatPolicyConfig()
+        self.prefix_messages = list(prefix_messages or [])
+        self.messages: list[dict[str, Any]] = []
+        self.calls: list[tuple[int, ModelCallRecord]] = []
+        self._pending_ids: list[str] = []
+
+    # -- Policy protocol -------------------------------------------------------------
+    def reset(self, query_text: str) -> None:
+        self.messages = list(self.prefix_messages) or [self._system_message()]
+        self.calls = []
+        self._pending_ids = []
+
+    def act(self, observation: Observation, state: Any) -> list[ToolCall]:
+        self._append_observation(observation)
+        record = self._call_with_retries(observation.turn)
+        return self._actions_from(record)
+
+    # -- conversation ----------------------------------------------------------------
+    def _system_message(self) -> dict[str, Any]:
+        text = SYSTEM_PROMPTS[self.config.system_prompt_version]
+        if self.config.tool_call_format == "json_schema":
+            described = "\n".join(json.dumps(t["function"], sort_keys=True) for t in self.tools)
+            text += (
+                "\n\nReply with exactly one JSON object "
+                '{"tool": <tool name>, "arguments": {...}}. The tools:\n' + described
+            )
+        return {"role": "system", "content": text}
+
+    def _append_observation(self, observation: Observation) -> None:
+        if not self._pending_ids or self.config.tool_call_format == "json_schema":
+            self.messages.append({"role": "user", "content": observation.text})
+            self._pending_ids = []
+            return
+        results = {r.call_id: r.content for r in observation.tool_results}
+        for call_id in self._pending_ids:
+            content = results.get(call_id, "(no result)")
+            self.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        self.messages.append({"role": "user", "content": observation.working_memory})
+        self._pending_ids = []
+
+    def _request(self) -> dict[str, Any]:
+        # A copy of the list, so later appends never alter a recorded request.
+        messages = list(self.messages)
+        if self.config.tool_call_format == "openai_tools":
+            return self.client.build_request(
+                messages, self.config.sampling, tools=self.tools, tool_choice="auto"
+            )
+        schema = {"name": "action", "schema": action_schema(self.tools)}
+        return self.client.build_request(
+            messages,
+            self.config.sampling,
+            response_format={"type": "json_schema", "json_schema": schema},
+        )
+
+    def _call_with_retries(self, turn: int) -> ModelCallRecord:
+        request = self._request()
+        for attempt in range(self.config.retries + 1):
+            try:
+                record = self.client.complete(request)
+            except ModelCallError as exc:
+                if exc.record is not None:
+                    self.calls.append((turn, exc.record))
+                if exc.retryable and attempt < self.config.retries:
+                    time.sleep(self.config.retry_backoff_s * 2**attempt)
+                    continue
+                raise PolicyStop(exc.kind, str(exc)) from exc
+            self.calls.append((turn, record))
+            return record
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    # -- replies into actions --------------------------------------------------------
+    def _actions_from(self, record: ModelCallRecord) -> list[ToolCall]:
+        message = record.message
+        assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            assistant["tool_calls"] = message["tool_calls"]
+        self.messages.append(assistant)
+        calls = self._parse(message)
+        if not calls and self.config.termination_policy == "last_tool":
+            raise PolicyStop("no_tool_call", "the reply contained no tool call")
+        if not calls:
+            # Fed back as a format error: the harness says what was wrong next turn.
+            calls = [ToolCall(name="", arguments=assistant["content"], call_id="call_0")]
+        self._pending_ids = [c.call_id for c in calls] if message.get("tool_calls") else []
+        return calls
+
+    def _parse(self, message: dict[str, Any]) -> list[ToolCall]:
+        if message.get("tool_calls"):
+            return [_from_openai(i, tc) for i, tc in enumerate(message["tool_calls"])]
+        content = message.get("content") or ""
+        if self.config.tool_call_format == "json_schema":
+            return [_from_json_action(content)] if content.strip() else []
+        # The server's parser missed a malformed hermes block: surface it as a format error.
+        blocks = _HERMES_BLOCK.findall(content)
+        return [_from_json_action(b, call_id=f"call_{i}") for i, b in enumerate(blocks)]
+
+
+def _from_openai(index: int, tool_call: dict[str, Any]) -> ToolCall:
+    function = tool_call.get("function") or {}
+    raw = function.get("arguments", "")
+    try:
+        arguments: dict[str, Any] | str = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        arguments = raw
+    if not isinstance(arguments, dict):
+        arguments = raw if isinstance(raw, str) else json.dumps(raw)
+    return ToolCall(
+        name=str(function.get("name", "")),
+        arguments=arguments,
+        call_id=str(tool_call.get("id") or f"call_{index}"),
+    )
+
+
+def _from_json_action(text: str, call_id: str = "call_0") -> ToolCall:
+    try:
+        action = json.loads(text)
+    except json.JSONDecodeError:
+        return ToolCall(name="", arguments=text, call_id=call_id)
+    if not isinstance(action, dict):
+        return ToolCall(name="", arguments=text, call_id=call_id)
+    name = action.get("tool", action.get("name", ""))
+    arguments = action.get("arguments", {})
+    if not isinstance(arguments, dict):
+        arguments = json.dumps(arguments) if not isinstance(arguments, str) else arguments
+    return ToolCall(name=str(name), arguments=arguments, call_id=call_id)

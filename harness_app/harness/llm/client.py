@@ -1,0 +1,185 @@
+"""A minimal chat-completions client that records every call token by token.
+
+vLLM returns `prompt_token_ids`, each choice's `token_ids` and per-token logprobs when
+asked with `return_token_ids`, `logprobs` and `top_logprobs: 0`. Every call yields a
+`ModelCallRecord`, including failed ones, so nothing the sampler did is lost. Failures are
+classified so the worker can record a termination reason or retry.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+# Phrases vLLM (and OpenAI) use when the prompt does not fit the context window.
+_OVERFLOW_MARKERS = ("maximum context length", "context length", "too long", "max_model_len")
+
+
+class ModelCallError(Exception):
+    """A call that produced no usable completion. `kind` becomes the termination reason."""
+
+    def __init__(self, kind: str, message: str, record: ModelCallRecord | None = None) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.record = record
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in {"model_unreachable", "model_server_error", "model_timeout"}
+
+
+@dataclass
+class ModelCallRecord:
+    request: dict[str, Any]
+    response: dict[str, Any] = field(default_factory=dict)
+    prompt_token_ids: list[int] = field(default_factory=list)
+    completion_token_ids: list[int] = field(default_factory=list)
+    completion_logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+    latency_ms: float = 0.0
+    policy_version: str = ""
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def message(self) -> dict[str, Any]:
+        choices = self.response.get("choices") or [{}]
+        message = choices[0].get("message") or {}
+        return dict(message)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Sampling:
+        known = {k: data[k] for k in ("temperature", "top_p", "max_tokens", "seed") if k in data}
+        return cls(**known)
+
+    def to_request(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+        }
+        if self.seed is not None:
+            body["seed"] = self.seed
+        return body
+
+
+class ChatClient:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        timeout_s: float = 120.0,
+        api_key: str = "EMPTY",
+        policy_version: str = "",
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.model = model
+        self.policy_version = policy_version
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+            headers={"Authorization": f"Bearer {api_key}"},
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def build_request(
+        self, messages: list[dict[str, Any]], sampling: Sampling, **extra: Any
+    ) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": messages,
+            **sampling.to_request(),
+            "logprobs": True,
+            "top_logprobs": 0,
+            "return_token_ids": True,
+            **extra,
+        }
+
+    def complete(self, request: dict[str, Any]) -> ModelCallRecord:
+        record = ModelCallRecord(request=request, policy_version=self.policy_version)
+        started = time.perf_counter()
+        try:
+            response = self._http.post("/chat/completions", json=request)
+        except httpx.TimeoutException as exc:
+            raise self._fail(record, started, "model_timeout", str(exc) or "timed out") from exc
+        except httpx.TransportError as exc:
+            raise self._fail(record, started, "model_unreachable", str(exc)) from exc
+        record.latency_ms = (time.perf_counter() - started) * 1000
+        if response.status_code >= 400:
+            raise self._http_error(record, response)
+        try:
+            record.response = response.json()
+        except ValueError as exc:
+            raise self._fail(record, started, "model_bad_response", "body is not JSON") from exc
+        return _fill_tokens(record)
+
+    def _fail(
+        self, record: ModelCallRecord, started: float, kind: str, message: str
+    ) -> ModelCallError:
+        record.latency_ms = (time.perf_counter() - started) * 1000
+        record.error = f"{kind}: {message}"
+        return ModelCallError(kind, message, record)
+
+    def _http_error(self, record: ModelCallRecord, response: httpx.Response) -> ModelCallError:
+        text = response.text[:2000]
+        record.error = f"HTTP {response.status_code}: {text}"
+        if response.status_code >= 500:
+            kind = "model_server_error"
+        elif any(marker in text.lower() for marker in _OVERFLOW_MARKERS):
+            kind = "context_overflow"
+        else:
+            kind = "model_bad_request"
+        return ModelCallError(kind, record.error, record)
+
+
+def _fill_tokens(record: ModelCallRecord) -> ModelCallRecord:
+    """Copy token ids and logprobs out of the response and check they are consistent."""
+    body = record.response
+    choice = (body.get("choices") or [{}])[0]
+    record.finish_reason = choice.get("finish_reason") or ""
+    record.usage = body.get("usage") or {}
+    record.prompt_token_ids = list(body.get("prompt_token_ids") or [])
+    record.completion_token_ids = list(choice.get("token_ids") or [])
+    content = (choice.get("logprobs") or {}).get("content") or []
+    record.completion_logprobs = [float(item.get("logprob", 0.0)) for item in content]
+    prompt_tokens = record.usage.get("prompt_tokens")
+    if not record.prompt_token_ids or not record.completion_token_ids:
+        raise ModelCallError(
+            "token_capture_missing",
+            "response lacks prompt_token_ids or token_ids; is the server vLLM with "
+            "return_token_ids support?",
+            record,
+        )
+    if prompt_tokens is not None and prompt_tokens != len(record.prompt_token_ids):
+        raise ModelCallError(
+            "token_count_mismatch",
+            f"usage.prompt_tokens={prompt_tokens} but {len(record.prompt_token_ids)} "
+            "prompt_token_ids came back",
+            record,
+        )
+    if len(record.completion_logprobs) != len(record.completion_token_ids):
+        raise ModelCallError(
+            "token_count_mismatch",
+            f"{len(record.completion_token_ids)} completion tokens but "
+            f"{len(record.completion_logprobs)} logprobs",
+            record,
+        )
+    return record

@@ -1,0 +1,104 @@
+"""Rebuild training sequences from recorded model calls (as Polar does for any harness).
+
+Two modes:
+
+- per request: every call is its own sequence; the prompt is masked out and the
+  completion is trained on.
+- prefix merging: a call joins a chain when that chain's tokens so far (its last prompt
+  plus the completion sampled for it) are a prefix of the call's prompt. The tokens in
+  between — tool results, chat-template markup — are masked out; sampled tokens keep their
+  ids and rollout logprobs. A call that extends no chain starts a new one, and the break is
+  recorded with its reason, so a re-tokenised or rewritten history never silently trains on
+  tokens the policy did not sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CallTokens:
+    call_id: Hashable
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    policy_version: str = ""
+
+
+@dataclass
+class Segment:
+    """One training sequence. loss_mask[i] == 1 exactly where token i was sampled."""
+
+    call_ids: list[Hashable] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    policy_versions: set[str] = field(default_factory=set)
+
+    def append(
+        self, tokens: list[int], *, sampled: bool, logprobs: list[float] | None = None
+    ) -> None:
+        self.token_ids.extend(tokens)
+        self.loss_mask.extend([1 if sampled else 0] * len(tokens))
+        self.logprobs.extend(logprobs if sampled and logprobs else [0.0] * len(tokens))
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    call_id: Hashable
+    reason: str
+
+
+def _start(call: CallTokens) -> Segment:
+    segment = Segment(call_ids=[call.call_id], policy_versions={call.policy_version})
+    segment.append(call.prompt_ids, sampled=False)
+    segment.append(call.completion_ids, sampled=True, logprobs=call.logprobs)
+    return segment
+
+
+def reconstruct_per_request(calls: Iterable[CallTokens]) -> list[Segment]:
+    return [_start(call) for call in calls]
+
+
+def _first_difference(chain: list[int], prompt: list[int]) -> int:
+    for i, (a, b) in enumerate(zip(chain, prompt, strict=False)):
+        if a != b:
+            return i
+    return min(len(chain), len(prompt))
+
+
+def reconstruct_prefix_merged(
+    calls: Iterable[CallTokens],
+) -> tuple[list[Segment], list[ChainBreak]]:
+    """Merge calls into chains; returns the chains and every break with its reason."""
+    chains: list[Segment] = []
+    breaks: list[ChainBreak] = []
+    for call in calls:
+        target = next(
+            (c for c in chains if call.prompt_ids[: len(c.token_ids)] == c.token_ids), None
+        )
+        if target is None:
+            breaks.append(ChainBreak(call.call_id, _break_reason(chains, call)))
+            chains.append(_start(call))
+            continue
+        target.call_ids.append(call.call_id)
+        target.policy_versions.add(call.policy_version)
+        target.append(call.prompt_ids[len(target.token_ids) :], sampled=False)
+        target.append(call.completion_ids, sampled=True, logprobs=call.logprobs)
+    return chains, breaks
+
+
+def _break_reason(chains: list[Segment], call: CallTokens) -> str:
+    if not chains:
+        return "first_call"
+    last = chains[-1]
+    at = _first_difference(last.token_ids, call.prompt_ids)
+    if at >= len(call.prompt_ids):
+        return f"prompt shorter than the chain ({len(call.prompt_ids)} < {len(last.token_ids)})"
+    return f"prefix mismatch at token {at} of {len(last.token_ids)}"

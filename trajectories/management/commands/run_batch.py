@@ -1,0 +1,84 @@
+"""python manage.py run_batch --benchmark NAME --policy NAME [--samples N] [--limit Q]
+[--ablate M ...] [--max-turns T] [--termination last_tool|max_turns] [--wait] [--json]"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from harness_app.models import Benchmark, PolicyConfig
+from trajectories.models import BatchStatus, RolloutBatch
+from trajectories.selectors import batch_summary
+from trajectories.services import BatchParameterError, batch_create
+
+FINISHED = (BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.CANCELLED)
+
+
+class Command(BaseCommand):
+    help = "Create a rollout batch; with --wait, follow it and print its aggregate metrics."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--benchmark", required=True)
+        parser.add_argument("--policy", required=True)
+        parser.add_argument("--samples", type=int, default=1, help="samples per query (group size)")
+        parser.add_argument("--limit", type=int, default=None, help="first Q queries only")
+        parser.add_argument("--ablate", nargs="*", default=[], metavar="MECHANISM")
+        parser.add_argument("--max-turns", type=int, default=40)
+        parser.add_argument(
+            "--termination", default="max_turns", choices=["max_turns", "last_tool"]
+        )
+        parser.add_argument("--wait", action="store_true", help="wait for the batch to finish")
+        parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
+        parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        benchmark = Benchmark.objects.filter(name=opts["benchmark"]).first()
+        if benchmark is None:
+            raise CommandError(f"no benchmark named {opts['benchmark']!r}")
+        policy = PolicyConfig.objects.filter(name=opts["policy"]).first()
+        if policy is None:
+            names = ", ".join(PolicyConfig.objects.values_list("name", flat=True)) or "none"
+            raise CommandError(f"no policy config named {opts['policy']!r} (known: {names})")
+        try:
+            batch = batch_create(
+                benchmark=benchmark,
+                policy=policy,
+                samples_per_query=opts["samples"],
+                query_limit=opts["limit"],
+                ablate=opts["ablate"],
+                max_turns=opts["max_turns"],
+                termination_policy=opts["termination"],
+            )
+        except BatchParameterError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stderr.write(f"batch {batch.pk}: {batch.episodes_total} episodes queued")
+        if opts["wait"]:
+            self._follow(batch, opts["timeout"])
+        summary = batch_summary(batch=batch)
+        self.stdout.write(json.dumps(summary) if opts["json"] else _pretty(summary))
+
+    def _follow(self, batch: RolloutBatch, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            batch.refresh_from_db()
+            done = batch.episodes_completed + batch.episodes_failed
+            sys.stderr.write(f"\r  {done}/{batch.episodes_total} episodes finished")
+            if batch.status in FINISHED:
+                sys.stderr.write("\n")
+                return
+            time.sleep(0.5)
+        raise CommandError(f"batch {batch.pk} still {batch.status} after {timeout:.0f}s")
+
+
+def _pretty(summary: dict[str, Any]) -> str:
+    lines = [
+        f"batch {summary['batch']} {summary['status']}: {summary['benchmark']} x "
+        f"{summary['policy']} ({summary['ablation']})"
+    ]
+    lines += [f"  {k:22} {v}" for k, v in summary["metrics"].items()]
+    lines.append(f"  termination reasons    {summary['termination_reasons']}")
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""Run one episode for the worker: build the harness and policy, play, persist as it goes.
+
+The pure harness does the work (`iter_episode`); this module adapts it to the database
+through services.py, so a turn is a row as soon as it happens.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+
+from harness_app.harness.ablation import Ablation
+from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.llm.chat_policy import ChatPolicy, ChatPolicyConfig
+from harness_app.harness.llm.client import ChatClient, Sampling
+from harness_app.harness.policies.base import Policy
+from harness_app.harness.reward import RewardWeights
+from harness_app.harness.runner import POLICY_ERROR, iter_episode
+from harness_app.harness.types import QuerySpec
+from harness_app.models import PolicyConfig, PolicyKind, Query
+from trajectories import services
+from trajectories.models import Episode, RolloutBatch
+
+
+def query_spec(query: Query) -> QuerySpec:
+    qrels = dict(query.qrels.values_list("document__external_id", "grade"))
+    return QuerySpec(query.external_id, query.text, query.answer, qrels)
+
+
+def policy_version(config: PolicyConfig) -> str:
+    return "baseline" if config.kind == PolicyKind.BASELINE else f"{config.name}@{config.model}"
+
+
+def policy_build(config: PolicyConfig, batch: RolloutBatch, tools: list[dict[str, Any]]) -> Policy:
+    if config.kind == PolicyKind.BASELINE:
+        from harness_app.harness.policies.baseline import BaselinePolicy
+
+        return BaselinePolicy()
+    client = ChatClient(
+        config.base_url or settings.VLLM_BASE_URL,
+        config.model,
+        timeout_s=settings.VLLM_TIMEOUT_S,
+        policy_version=policy_version(config),
+    )
+    chat_config = ChatPolicyConfig(
+        system_prompt_version=config.system_prompt_version,
+        tool_call_format=config.tool_call_format,
+        termination_policy=batch.termination_policy,
+        sampling=Sampling.from_json(config.sampling),
+        retries=settings.VLLM_RETRIES,
+    )
+    return ChatPolicy(client, tools, chat_config)
+
+
+def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, Any]], int]:
+    calls = getattr(policy, "calls", [])
+    return calls[sent:], len(calls)
+
+
+def episode_run(*, episode_id: int) -> str:
+    """Play the episode if it is ours to play; returns what happened, for the task log."""
+    from harness_app.indexes import corpus_retriever
+
+    claim = services.episode_claim(episode_id=episode_id)
+    if claim is None:
+        return "skipped: finished or running elsewhere"
+    episode = Episode.objects.select_related(
+        "batch__policy", "batch__benchmark__corpus", "query"
+    ).get(pk=episode_id)
+    batch = episode.batch
+    started = time.perf_counter()
+    retriever = corpus_retriever(batch.benchmark.corpus)
+    env = SearchHarness(
+        retriever,
+        config=HarnessConfig(max_turns=batch.max_turns),
+        ablation=Ablation.from_json(batch.ablation),
+    )
+    policy = policy_build(batch.policy, batch, env.tool_schemas())
+    setup_s = time.perf_counter() - started
+    run = iter_episode(
+        env,
+        policy,
+        query_spec(episode.query),
+        max_turns=batch.max_turns,
+        weights=RewardWeights.from_json(batch.reward_weights),
+    )
+    sent = 0
+    cancelled = False
+    for record in run:
+        calls, sent = _drain(policy, sent)
+        services.turn_record(claim=claim, turn=record.to_json(), calls=calls)
+        if services.episode_is_cancelled(claim=claim):
+            cancelled = True
+            break
+    calls, sent = _drain(policy, sent)
+    services.model_calls_record(claim=claim, calls=calls)  # e.g. the failed final call
+    result = run.result()
+    reason = "cancelled" if cancelled else _reason(run, result)
+    outcome = services.EpisodeOutcome(
+        termination_reason=reason,
+        metrics=result.metrics.to_json(),
+        reward=result.reward.total,
+        reward_components=result.reward.to_json(),
+        timings={"setup_s": setup_s, "episode_s": time.perf_counter() - started},
+        policy_version=policy_version(batch.policy),
+        state=env.state,
+        error=result.error,
+    )
+    finished = services.episode_finish(claim=claim, outcome=outcome)
+    return f"{reason} ({'recorded' if finished else 'superseded by another attempt'})"
+
+
+def _reason(run: Any, result: Any) -> str:
+    # A PolicyStop carries the precise reason (model_unreachable, no_tool_call, ...).
+    if result.termination_reason == POLICY_ERROR and getattr(run, "stop_reason", ""):
+        return str(run.stop_reason)
+    return str(result.termination_reason or "unknown")

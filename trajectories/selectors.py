@@ -1,0 +1,53 @@
+"""Reads over rollouts: aggregates and progress, as plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Avg, Count, Q, StdDev
+
+from trajectories.models import Episode, EpisodeStatus, RolloutBatch
+
+AGGREGATE_FIELDS = (
+    "curated_recall",
+    "trajectory_recall",
+    "final_answer_recall",
+    "tool_diversity",
+    "turns",
+    "format_errors",
+    "reward",
+)
+
+
+def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
+    """Progress and the mean of each metric over the batch's completed episodes."""
+    batch.refresh_from_db()
+    completed = Episode.objects.filter(batch=batch, status=EpisodeStatus.COMPLETED)
+    means = completed.aggregate(
+        n=Count("pk"),
+        **{name: Avg(name) for name in AGGREGATE_FIELDS},
+        reward_std=StdDev("reward"),
+    )
+    reasons = dict(
+        Episode.objects.filter(batch=batch)
+        .exclude(termination_reason="")
+        .values_list("termination_reason")
+        .annotate(n=Count("pk"))
+        .values_list("termination_reason", "n")
+    )
+    failed = Episode.objects.filter(batch=batch).filter(
+        Q(status=EpisodeStatus.FAILED) | Q(status=EpisodeStatus.CANCELLED)
+    )
+    return {
+        "batch": batch.pk,
+        "status": batch.status,
+        "benchmark": batch.benchmark.name,
+        "policy": batch.policy.name,
+        "ablation": batch.ablation_label,
+        "episodes_total": batch.episodes_total,
+        "episodes_completed": batch.episodes_completed,
+        "episodes_failed": batch.episodes_failed,
+        "termination_reasons": reasons,
+        "errors": list(failed.exclude(error="").values_list("error", flat=True)[:5]),
+        "metrics": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in means.items()},
+    }

@@ -1,0 +1,393 @@
+"""Every write to rollouts: creating batches, running episodes, recording turns and calls.
+
+An episode runs at least once and completes exactly once. `episode_claim` takes it (bumping
+`attempts`) and wipes what an earlier, crashed attempt left; turns and model calls are then
+written as they happen; `episode_finish` writes the final-state rows, the metrics and the
+batch progress in one transaction that first checks the attempt still owns the episode.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from harness_app.harness.ablation import Ablation
+from harness_app.harness.reward import RewardWeights
+from harness_app.models import Benchmark, Document, PolicyConfig, PolicyKind
+from trajectories.models import (
+    FINISHED_EPISODE,
+    BatchStatus,
+    CuratedItem,
+    Episode,
+    EpisodeStatus,
+    EvidenceEdge,
+    EvidenceNode,
+    ModelCall,
+    RolloutBatch,
+    RolloutGroup,
+    TerminationPolicy,
+    Turn,
+    Verification,
+    pack_floats,
+    pack_ints,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_SAMPLES_PER_QUERY = 64
+MAX_TURNS_LIMIT = 200
+# Termination reasons that mean the infrastructure failed, not that the policy stopped.
+FAILURE_REASONS = frozenset(
+    {
+        "model_unreachable",
+        "model_server_error",
+        "model_timeout",
+        "model_bad_request",
+        "model_bad_response",
+        "token_capture_missing",
+        "token_count_mismatch",
+        "time_limit",
+        "error",
+    }
+)
+
+
+class BatchParameterError(ValueError):
+    """A batch request that cannot run; the message names the parameter and the fix."""
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise BatchParameterError(f"{name} must be between {low} and {high}, got {value}")
+
+
+def rollout_queue(policy: PolicyConfig) -> str:
+    """Baseline episodes are CPU-bound; LLM episodes wait on vLLM, so they get their own
+    queue served by a thread-pool worker with high concurrency."""
+    return "rollouts" if policy.kind == PolicyKind.BASELINE else "rollouts_llm"
+
+
+@transaction.atomic
+def batch_create(
+    *,
+    benchmark: Benchmark,
+    policy: PolicyConfig,
+    created_by: Any = None,
+    samples_per_query: int = 1,
+    max_turns: int = 40,
+    termination_policy: str = TerminationPolicy.MAX_TURNS,
+    ablate: Sequence[str] = (),
+    query_limit: int | None = None,
+    reward_weights: dict[str, Any] | None = None,
+) -> RolloutBatch:
+    """Create a batch with one group per query and one episode per sample; enqueue on commit."""
+    _check_range("samples_per_query", samples_per_query, 1, MAX_SAMPLES_PER_QUERY)
+    _check_range("max_turns", max_turns, 1, MAX_TURNS_LIMIT)
+    if termination_policy not in TerminationPolicy.values:
+        raise BatchParameterError(
+            f"termination_policy {termination_policy!r} is not one of {TerminationPolicy.values}"
+        )
+    if query_limit is not None:
+        _check_range("query_limit", query_limit, 1, 10_000_000)
+    try:
+        ablation = Ablation().without(*ablate)
+        weights = RewardWeights.from_json(reward_weights or {})
+    except (ValueError, TypeError) as exc:
+        raise BatchParameterError(str(exc)) from exc
+    queries = list(benchmark.queries.order_by("pk").values_list("pk", flat=True)[:query_limit])
+    if not queries:
+        raise BatchParameterError(f"benchmark {benchmark.name!r} has no queries to run")
+    batch = RolloutBatch.objects.create(
+        benchmark=benchmark,
+        policy=policy,
+        ablation=ablation.to_json(),
+        ablation_label=ablation.label,
+        samples_per_query=samples_per_query,
+        max_turns=max_turns,
+        termination_policy=termination_policy,
+        query_limit=query_limit,
+        reward_weights=weights.to_json(),
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+        episodes_total=len(queries) * samples_per_query,
+    )
+    groups = RolloutGroup.objects.bulk_create(
+        RolloutGroup(batch=batch, query_id=qid) for qid in queries
+    )
+    Episode.objects.bulk_create(
+        Episode(group=g, batch=batch, query_id=g.query_id, sample_index=s)
+        for g in groups
+        for s in range(samples_per_query)
+    )
+    transaction.on_commit(lambda: batch_enqueue(batch_id=batch.pk))
+    return batch
+
+
+def batch_enqueue(*, batch_id: int) -> int:
+    """Send one task per pending episode of the batch; returns how many were sent."""
+    from trajectories.tasks import episode_run_task
+
+    batch = RolloutBatch.objects.select_related("policy").get(pk=batch_id)
+    queue = rollout_queue(batch.policy)
+    ids = list(
+        Episode.objects.filter(batch_id=batch_id, status=EpisodeStatus.PENDING).values_list(
+            "pk", flat=True
+        )
+    )
+    for episode_id in ids:
+        episode_run_task.apply_async(args=(episode_id,), queue=queue)
+    return len(ids)
+
+
+@transaction.atomic
+def batch_cancel(*, batch: RolloutBatch) -> int:
+    """Cancel a batch: pending episodes never start, running ones stop after their turn."""
+    batch = RolloutBatch.objects.select_for_update().get(pk=batch.pk)
+    if batch.status in (BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.CANCELLED):
+        return 0
+    now = timezone.now()
+    cancelled = Episode.objects.filter(batch=batch, status=EpisodeStatus.PENDING).update(
+        status=EpisodeStatus.CANCELLED, termination_reason="cancelled", finished_at=now
+    )
+    RolloutBatch.objects.filter(pk=batch.pk).update(
+        status=BatchStatus.CANCELLED,
+        episodes_failed=F("episodes_failed") + cancelled,
+        finished_at=now,
+    )
+    return cancelled
+
+
+def stale_after() -> timedelta:
+    return timedelta(seconds=settings.EPISODE_STALE_AFTER_S)
+
+
+@dataclass(frozen=True)
+class Claim:
+    episode: Episode
+    attempt: int
+
+
+@transaction.atomic
+def episode_claim(*, episode_id: int) -> Claim | None:
+    """Take the episode for this attempt, or None when it is finished or held elsewhere."""
+    episode = Episode.objects.select_for_update().filter(pk=episode_id).first()
+    if episode is None or episode.status in FINISHED_EPISODE:
+        return None
+    now = timezone.now()
+    alive = episode.heartbeat_at and now - episode.heartbeat_at < stale_after()
+    if episode.status == EpisodeStatus.RUNNING and alive:
+        return None
+    # What a crashed attempt wrote is discarded: the episode restarts from turn 0.
+    Turn.objects.filter(episode=episode).delete()
+    ModelCall.objects.filter(episode=episode).delete()
+    episode.status = EpisodeStatus.RUNNING
+    episode.attempts += 1
+    episode.started_at = episode.heartbeat_at = now
+    episode.error = ""
+    episode.save(update_fields=["status", "attempts", "started_at", "heartbeat_at", "error"])
+    RolloutBatch.objects.filter(pk=episode.batch_id, status=BatchStatus.QUEUED).update(
+        status=BatchStatus.RUNNING
+    )
+    return Claim(episode=episode, attempt=episode.attempts)
+
+
+def turn_record(*, claim: Claim, turn: dict[str, Any], calls: list[tuple[int, Any]]) -> None:
+    """Persist one turn and the model calls made for it, and beat the heartbeat."""
+    recall = turn["recall"]
+    with transaction.atomic():
+        Turn.objects.create(
+            episode=claim.episode,
+            index=turn["turn"],
+            tool_calls=turn["tool_calls"],
+            observation=turn["observation_text"],
+            state=turn["state"],
+            curated_recall=recall["curated"],
+            trajectory_recall=recall["trajectory"],
+            final_answer_recall=recall["final_answer"],
+            format_errors=turn["state"].get("format_errors", 0),
+            harness_ms=turn["env_seconds"] * 1000,
+            policy_ms=turn["policy_seconds"] * 1000,
+        )
+        model_calls_record(claim=claim, calls=calls)
+        Episode.objects.filter(pk=claim.episode.pk).update(heartbeat_at=timezone.now())
+
+
+def model_calls_record(*, claim: Claim, calls: list[tuple[int, Any]]) -> None:
+    ModelCall.objects.bulk_create(
+        ModelCall(
+            episode=claim.episode,
+            turn_index=turn_index,
+            request=record.request,
+            response=record.response,
+            prompt_token_ids_blob=pack_ints(record.prompt_token_ids),
+            completion_token_ids_blob=pack_ints(record.completion_token_ids),
+            completion_logprobs_blob=pack_floats(record.completion_logprobs),
+            finish_reason=record.finish_reason,
+            usage=record.usage,
+            latency_ms=record.latency_ms,
+            policy_version=record.policy_version,
+            error=record.error,
+        )
+        for turn_index, record in calls
+    )
+
+
+def episode_is_cancelled(*, claim: Claim) -> bool:
+    return RolloutBatch.objects.filter(
+        pk=claim.episode.batch_id, status=BatchStatus.CANCELLED
+    ).exists()
+
+
+@dataclass
+class EpisodeOutcome:
+    termination_reason: str
+    metrics: dict[str, Any]
+    reward: float | None
+    reward_components: dict[str, Any]
+    timings: dict[str, float]
+    policy_version: str
+    state: Any = None  # the harness's final HarnessState, for the final-state rows
+    error: str = ""
+
+
+@transaction.atomic
+def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
+    """Record the end of an episode exactly once; False when this attempt lost ownership."""
+    episode = Episode.objects.select_for_update().get(pk=claim.episode.pk)
+    if episode.status != EpisodeStatus.RUNNING or episode.attempts != claim.attempt:
+        return False
+    failed = outcome.termination_reason in FAILURE_REASONS
+    if outcome.termination_reason == "cancelled":
+        status = EpisodeStatus.CANCELLED
+    else:
+        status = EpisodeStatus.FAILED if failed else EpisodeStatus.COMPLETED
+    metrics = outcome.metrics
+    Episode.objects.filter(pk=episode.pk).update(
+        status=status,
+        termination_reason=outcome.termination_reason,
+        error=outcome.error,
+        metrics=metrics,
+        reward=outcome.reward,
+        reward_components=outcome.reward_components,
+        timings=outcome.timings,
+        policy_version=outcome.policy_version,
+        curated_recall=metrics.get("curated_recall"),
+        trajectory_recall=metrics.get("trajectory_recall"),
+        final_answer_recall=metrics.get("final_answer_recall"),
+        tool_diversity=metrics.get("tool_diversity"),
+        turns=metrics.get("turns", 0),
+        format_errors=metrics.get("format_errors", 0),
+        finished_at=timezone.now(),
+    )
+    if outcome.state is not None:
+        final_state_record(episode=episode, state=outcome.state)
+    _batch_progress(batch_id=episode.batch_id, ok=status == EpisodeStatus.COMPLETED)
+    return True
+
+
+def _batch_progress(*, batch_id: int, ok: bool) -> None:
+    field = "episodes_completed" if ok else "episodes_failed"
+    RolloutBatch.objects.filter(pk=batch_id).update(**{field: F(field) + 1})
+    done = Q(episodes_completed__gt=0) | Q(episodes_failed__gt=0)
+    finished = RolloutBatch.objects.filter(
+        done,
+        pk=batch_id,
+        status__in=[BatchStatus.QUEUED, BatchStatus.RUNNING],
+        episodes_total__lte=F("episodes_completed") + F("episodes_failed"),
+    )
+    for batch in finished.select_for_update():
+        batch.status = BatchStatus.FAILED if batch.episodes_failed else BatchStatus.COMPLETED
+        batch.finished_at = timezone.now()
+        batch.save(update_fields=["status", "finished_at"])
+
+
+def final_state_record(*, episode: Episode, state: Any) -> None:
+    """Curated items, the evidence graph (documents and bridge entities) and verifications."""
+    corpus_id = episode.batch.benchmark.corpus_id
+    wanted = set(state.curated) | set(state.graph.docs) | {v.doc_id for v in state.verifications}
+    docs = dict(
+        Document.objects.filter(corpus_id=corpus_id, external_id__in=wanted).values_list(
+            "external_id", "pk"
+        )
+    )
+    CuratedItem.objects.bulk_create(
+        CuratedItem(
+            episode=episode, document_id=docs[i], tag=item.importance, added_turn=item.added_turn
+        )
+        for i, item in state.curated.items()
+        if i in docs
+    )
+    Verification.objects.bulk_create(
+        Verification(
+            episode=episode,
+            document_id=docs[v.doc_id],
+            claim=v.claim,
+            verdict=v.verdict,
+            score=v.score,
+            evidence=list(v.evidence),
+            turn_index=v.turn,
+        )
+        for v in state.verifications
+        if v.doc_id in docs
+    )
+    _graph_record(episode=episode, graph=state.graph)
+
+
+def _graph_record(*, episode: Episode, graph: Any) -> None:
+    # Only bridge entities are stored as rows: they are what connects documents, and
+    # non-bridge entities stay in each turn's state snapshot.
+    bridges = [graph.entities[k] for k in graph.bridges]
+    nodes = EvidenceNode.objects.bulk_create(
+        [
+            EvidenceNode(
+                episode=episode,
+                kind=EvidenceNode.Kind.DOCUMENT,
+                key=d.doc_id[:300],
+                label=d.title[:300],
+            )
+            for d in graph.docs.values()
+        ]
+        + [
+            EvidenceNode(
+                episode=episode,
+                kind=EvidenceNode.Kind.ENTITY,
+                key=e.key[:300],
+                label=e.label[:300],
+                is_bridge=True,
+            )
+            for e in bridges
+        ]
+    )
+    by_key = {(n.kind, n.key): n for n in nodes}
+    EvidenceEdge.objects.bulk_create(
+        EvidenceEdge(
+            episode=episode,
+            source=by_key[(EvidenceNode.Kind.DOCUMENT, doc_id[:300])],
+            target=by_key[(EvidenceNode.Kind.ENTITY, e.key[:300])],
+        )
+        for e in bridges
+        for doc_id in e.doc_ids
+        if (EvidenceNode.Kind.DOCUMENT, doc_id[:300]) in by_key
+    )
+
+
+def episodes_recover_stale() -> int:
+    """Put episodes whose worker died (no heartbeat for EPISODE_STALE_AFTER_S) back in the
+    queue. Runs when a worker starts, so a restarted worker picks up what a killed one held;
+    with Redis, acks_late redelivery covers the same case from the broker's side."""
+    cutoff = timezone.now() - stale_after()
+    stale = Episode.objects.filter(status=EpisodeStatus.RUNNING, heartbeat_at__lt=cutoff)
+    batch_ids = set(stale.values_list("batch_id", flat=True))
+    count = stale.update(status=EpisodeStatus.PENDING)
+    for batch_id in batch_ids:
+        batch_enqueue(batch_id=batch_id)
+    if count:
+        log.warning("re-queued %d stale episodes from batches %s", count, sorted(batch_ids))
+    return count
