@@ -1,0 +1,65 @@
+"""Admin for staff: browse corpora, benchmarks and imports; edit policy configs.
+
+Corpora, documents, queries and qrels are written only by the importer (one transaction per
+benchmark, content hashes kept true), so their admin pages are read-only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from harness_app.models import Benchmark, Corpus, Document, ImportJob, PolicyConfig, Query
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Corpus)
+class CorpusAdmin(ReadOnlyAdmin):
+    list_display = ("name", "doc_count", "index_status", "content_hash", "updated")
+    list_filter = ("index_status",)
+    search_fields = ("name", "content_hash")
+
+
+@admin.register(Document)
+class DocumentAdmin(ReadOnlyAdmin):
+    list_display = ("external_id", "title", "corpus")
+    list_select_related = ("corpus",)
+    search_fields = ("external_id", "title")
+    show_full_result_count = False  # counting a million documents per page view is slow
+
+
+@admin.register(Benchmark)
+class BenchmarkAdmin(ReadOnlyAdmin):
+    list_display = ("name", "corpus", "source", "split", "created", "created_by")
+    list_select_related = ("corpus", "created_by")
+    list_filter = ("source",)
+    search_fields = ("name",)
+
+
+@admin.register(Query)
+class QueryAdmin(ReadOnlyAdmin):
+    list_display = ("external_id", "benchmark", "text", "answer")
+    list_select_related = ("benchmark",)
+    search_fields = ("external_id", "text")
+
+
+@admin.register(ImportJob)
+class ImportJobAdmin(ReadOnlyAdmin):
+    list_display = ("name", "fmt", "status", "documents", "created", "finished", "created_by")
+    list_filter = ("status", "fmt")
+    list_select_related = ("created_by",)
+
+
+@admin.register(PolicyConfig)
+class PolicyConfigAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "model", "base_url", "tool_call_format", "created")
+    list_filter = ("kind",)

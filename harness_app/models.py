@@ -1,1 +1,244 @@
-"""Corpora, documents, benchmarks, queries, qrels and policy configs live here."""
+"""Corpora, documents, benchmarks, queries, qrels, import jobs and policy configs.
+
+A corpus is identified by its content hash (the same sha256 the retrieval index records),
+so two benchmarks over the same documents share one Corpus row and one index. Rows are
+written by harness_app/services.py only; see docs/corpora.md for the import flow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
+
+
+class IndexStatus(models.TextChoices):
+    MISSING = "missing", "Missing"
+    QUEUED = "queued", "Queued"
+    BUILDING = "building", "Building"
+    READY = "ready", "Ready"
+    STALE = "stale", "Stale"
+    FAILED = "failed", "Failed"
+
+
+class Corpus(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    # sha256 over the documents in stream order (harness.retrieval.store.ContentHasher)
+    content_hash = models.CharField(max_length=64, db_index=True)
+    doc_count = models.PositiveIntegerField(default=0)
+    index_status = models.CharField(
+        max_length=16, choices=IndexStatus.choices, default=IndexStatus.MISSING
+    )
+    index_path = models.CharField(max_length=500, blank=True)
+    index_error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "corpora"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Document(models.Model):
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="documents")
+    external_id = models.CharField(max_length=500)
+    title = models.TextField(blank=True)
+    text = models.TextField()
+
+    class Meta:
+        # Primary-key order is file order: exports and index builds stream by pk.
+        ordering = ["pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["corpus", "external_id"], name="document_unique_external_id"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class BenchmarkSource(models.TextChoices):
+    BEIR = "beir", "BEIR folder"
+    HOTPOTQA = "hotpotqa", "HotpotQA JSON"
+    DEMO = "demo", "Built-in demo"
+
+
+class BenchmarkQuerySet(models.QuerySet["Benchmark"]):
+    def with_counts(self) -> BenchmarkQuerySet:
+        """Annotate query_count and qrel_count with one correlated subquery each.
+
+        Subqueries rather than Count() over joins: joining queries and qrels together
+        would multiply the rows before counting.
+        """
+        queries = Query.objects.filter(benchmark=OuterRef("pk"))
+        qrels = Qrel.objects.filter(query__benchmark=OuterRef("pk"))
+        return self.annotate(
+            query_count=_count_of(queries, "benchmark"),
+            qrel_count=_count_of(qrels, "query__benchmark"),
+        )
+
+    def for_list(self) -> BenchmarkQuerySet:
+        return self.select_related("corpus", "created_by").with_counts().order_by("name")
+
+
+def _count_of(queryset: models.QuerySet[Any], group_by: str) -> Coalesce:
+    counted = queryset.order_by().values(group_by).annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(counted), 0)
+
+
+class Benchmark(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    corpus = models.ForeignKey(Corpus, on_delete=models.PROTECT, related_name="benchmarks")
+    source = models.CharField(max_length=16, choices=BenchmarkSource.choices)
+    split = models.CharField(max_length=50, default="test")
+    # sha256 over the corpus hash, the split, the queries and the qrels
+    content_hash = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    objects = BenchmarkQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Query(models.Model):
+    benchmark = models.ForeignKey(Benchmark, on_delete=models.CASCADE, related_name="queries")
+    external_id = models.CharField(max_length=500)
+    text = models.TextField()
+    answer = models.TextField(blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name_plural = "queries"
+        ordering = ["pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["benchmark", "external_id"], name="query_unique_external_id"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class Grade(models.IntegerChoices):
+    NOT_RELEVANT = 0, "Judged not relevant"
+    EVIDENCE = 1, "Supporting evidence"
+    ANSWER = 2, "Answer-bearing"
+
+
+class Qrel(models.Model):
+    query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="qrels")
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="qrels")
+    grade = models.PositiveSmallIntegerField()
+
+    class Meta:
+        ordering = ["pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["query", "document"], name="qrel_unique_pair")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.query_id}→{self.document_id}: {self.grade}"
+
+
+class ImportStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    UNCHANGED = "unchanged", "Unchanged (identical content)"
+    FAILED = "failed", "Failed"
+
+
+class ImportJobQuerySet(models.QuerySet["ImportJob"]):
+    def active(self) -> ImportJobQuerySet:
+        return self.filter(status__in=[ImportStatus.QUEUED, ImportStatus.RUNNING])
+
+    def recent(self, limit: int = 10) -> ImportJobQuerySet:
+        return self.select_related("benchmark").order_by("-created")[:limit]
+
+
+class ImportJob(models.Model):
+    """An uploaded file waiting for, undergoing or done with an import by a worker.
+
+    The row holds the durable outcome. Live progress during the import transaction is a
+    small JSON file beside the upload (see services.import_progress_read): a row update
+    from a second connection would wait on SQLite's single write lock until the import
+    committed, which defeats the point of a progress line.
+    """
+
+    name = models.CharField(max_length=200)
+    fmt = models.CharField(max_length=16, choices=BenchmarkSource.choices)
+    split = models.CharField(max_length=50, default="test")
+    replace = models.BooleanField(default=False)
+    upload_path = models.CharField(max_length=500)
+    status = models.CharField(
+        max_length=16, choices=ImportStatus.choices, default=ImportStatus.QUEUED
+    )
+    documents = models.PositiveIntegerField(default=0)
+    queries = models.PositiveIntegerField(default=0)
+    qrels = models.PositiveIntegerField(default=0)
+    message = models.TextField(blank=True)
+    benchmark = models.ForeignKey(
+        Benchmark, null=True, blank=True, on_delete=models.SET_NULL, related_name="import_jobs"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    objects = ImportJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"import {self.name} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (ImportStatus.QUEUED, ImportStatus.RUNNING)
+
+
+class PolicyKind(models.TextChoices):
+    BASELINE = "baseline", "Deterministic baseline"
+    OPENAI = "openai", "OpenAI-compatible (vLLM)"
+
+
+class ToolCallFormat(models.TextChoices):
+    OPENAI_TOOLS = "openai_tools", "OpenAI tools"
+    JSON_SCHEMA = "json_schema", "JSON schema"
+
+
+class PolicyConfig(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=16, choices=PolicyKind.choices)
+    base_url = models.URLField(blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    # temperature, top_p, max_tokens, ... passed to the chat completions call
+    sampling = models.JSONField(default=dict, blank=True)
+    system_prompt_version = models.CharField(max_length=50, default="v1")
+    tool_call_format = models.CharField(
+        max_length=16, choices=ToolCallFormat.choices, default=ToolCallFormat.OPENAI_TOOLS
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

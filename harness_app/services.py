@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser, Group
-from django.db import transaction
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractUser, Group, User
+from django.core.files.uploadedfile import UploadedFile
+from django.db import connection, transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from harness_app import importers, selectors, tasks
+from harness_app.harness.beir import QRELS_HEADER, BeirFormatError
+from harness_app.importers import ImportRejected, Progress
+from harness_app.models import (
+    Benchmark,
+    BenchmarkSource,
+    Corpus,
+    Document,
+    ImportJob,
+    ImportStatus,
+    IndexStatus,
+    Qrel,
+)
 from harness_app.roles import Role
+
+logger = logging.getLogger(__name__)
 
 
 @transaction.atomic
@@ -30,3 +59,388 @@ def user_ensure(
         group, _ = Group.objects.get_or_create(name=role)
         user.groups.add(group)
     return user, created
+
+
+# --- benchmarks -------------------------------------------------------------------------
+
+
+class BenchmarkExists(ImportRejected):
+    """The name is taken by a benchmark with other content and --replace was not given."""
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    status: str  # "created", "replaced" or "unchanged"
+    benchmark_id: int
+    corpus_id: int
+    corpus_name: str
+    corpus_reused: bool
+    documents: int
+    queries: int
+    qrels: int
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return self.status != "unchanged"
+
+    def describe(self, name: str) -> str:
+        counts = f"{self.documents:,} documents, {self.queries:,} queries, {self.qrels:,} qrels"
+        if not self.changed:
+            text = f"Benchmark {name!r} is unchanged (same content hash): nothing was written."
+        else:
+            corpus = "reused corpus" if self.corpus_reused else "new corpus"
+            verb = "Replaced" if self.status == "replaced" else "Imported"
+            text = f"{verb} benchmark {name!r}: {counts} ({corpus} {self.corpus_name!r})."
+        return " ".join([text, *self.warnings])
+
+
+def benchmark_import(
+    *,
+    path: Path | str,
+    name: str,
+    fmt: str,
+    split: str = "test",
+    replace: bool = False,
+    progress: Progress | None = None,
+    source: str | None = None,
+    created_by: User | None = None,
+) -> ImportResult:
+    """Import a BEIR folder or HotpotQA file as benchmark `name`, all or nothing.
+
+    The files are checked and hashed first, without touching the database; the rows are
+    then written in one transaction, so on any error the database is exactly as it was.
+    Identical content under the same name is a no-op. With `replace`, the old benchmark
+    (and its corpus, if nothing else uses it) is swapped out in that same transaction.
+    """
+    name = _benchmark_name(name)
+    reader = importers.source_open(Path(path), fmt=fmt, split=split)
+    scan = importers.source_scan(reader, split=split, progress=progress)
+    return _benchmark_store(
+        reader=reader,
+        scan=scan,
+        name=name,
+        split=split,
+        replace=replace,
+        origin=source or reader.fmt,
+        created_by=created_by,
+        progress=progress,
+    )
+
+
+def _benchmark_name(name: str) -> str:
+    name = name.strip()
+    if not name or len(name) > 200:
+        raise ImportRejected("a benchmark name needs 1 to 200 characters")
+    return name
+
+
+@transaction.atomic
+def _benchmark_store(
+    *,
+    reader: importers.Source,
+    scan: importers.ScanResult,
+    name: str,
+    split: str,
+    replace: bool,
+    origin: str,
+    created_by: User | None,
+    progress: Progress | None,
+) -> ImportResult:
+    existing = Benchmark.objects.select_for_update().filter(name=name).first()
+    if existing is not None and existing.content_hash == scan.benchmark_hash:
+        return _result("unchanged", existing, existing.corpus, True, scan, reader)
+    if existing is not None and not replace:
+        raise BenchmarkExists(
+            f"benchmark {name!r} already exists with different content; "
+            "pass --replace (or tick Replace) to swap it"
+        )
+    corpus = Corpus.objects.filter(content_hash=scan.corpus_hash).first()
+    if existing is not None:
+        old_corpus = existing.corpus
+        _benchmark_delete(existing)
+        if old_corpus != corpus:
+            _corpus_delete_if_unused(old_corpus)
+    reused = corpus is not None
+    if corpus is None:
+        corpus = _corpus_create(reader, scan, name, progress)
+    benchmark = Benchmark.objects.create(
+        name=name,
+        corpus=corpus,
+        source=origin,
+        split=split,
+        content_hash=scan.benchmark_hash,
+        created_by=created_by,
+    )
+    importers.queries_write(reader, benchmark_id=benchmark.pk)
+    importers.qrels_write(reader, benchmark_id=benchmark.pk, corpus_id=corpus.pk)
+    if corpus.index_status != IndexStatus.READY:
+        corpus_index_queue(corpus=corpus)
+    status = "replaced" if existing is not None else "created"
+    return _result(status, benchmark, corpus, reused, scan, reader)
+
+
+def _result(
+    status: str,
+    benchmark: Benchmark,
+    corpus: Corpus,
+    reused: bool,
+    scan: importers.ScanResult,
+    reader: importers.Source,
+) -> ImportResult:
+    return ImportResult(
+        status=status,
+        benchmark_id=benchmark.pk,
+        corpus_id=corpus.pk,
+        corpus_name=corpus.name,
+        corpus_reused=reused,
+        documents=scan.documents,
+        queries=scan.queries,
+        qrels=scan.qrels,
+        warnings=tuple(reader.warnings),
+    )
+
+
+def _corpus_create(
+    reader: importers.Source, scan: importers.ScanResult, name: str, progress: Progress | None
+) -> Corpus:
+    taken = Corpus.objects.filter(name=name).exists()
+    corpus = Corpus.objects.create(
+        name=f"{name}-{scan.corpus_hash[:12]}" if taken else name,
+        content_hash=scan.corpus_hash,
+        doc_count=scan.documents,
+    )
+    written_hash = importers.documents_write(
+        reader, corpus_id=corpus.pk, total=scan.documents, progress=progress
+    )
+    if written_hash != scan.corpus_hash:
+        raise ImportRejected(f"{reader.corpus_path} changed while it was being imported")
+    return corpus
+
+
+def _benchmark_delete(benchmark: Benchmark) -> None:
+    # Qrels first, in one statement, so the queries' cascade has nothing left to collect.
+    Qrel.objects.filter(query__benchmark=benchmark).delete()
+    benchmark.delete()
+
+
+def _corpus_delete_if_unused(corpus: Corpus) -> None:
+    if corpus.benchmarks.exists():
+        return
+    Qrel.objects.filter(document__corpus=corpus).delete()
+    # A raw DELETE: the ORM's cascade would load every document (text included) first.
+    # Anything else still pointing at these documents fails the transaction loudly.
+    Document.objects.filter(corpus=corpus)._raw_delete(connection.alias)
+    corpus.delete()
+
+
+def corpus_index_queue(*, corpus: Corpus) -> None:
+    """Mark the corpus's index as queued and enqueue its build once the import commits."""
+    Corpus.objects.filter(pk=corpus.pk).update(index_status=IndexStatus.QUEUED, index_error="")
+    corpus.index_status = IndexStatus.QUEUED
+    corpus_id = corpus.pk
+    transaction.on_commit(lambda: _index_enqueue(corpus_id))
+
+
+def _index_enqueue(corpus_id: int) -> None:
+    try:
+        tasks.corpus_index_build.apply_async((corpus_id,), queue=tasks.INDEX_QUEUE)
+    except KombuOperationalError as exc:
+        # Not run inline: say so on the corpus; the index is built on first use instead.
+        logger.warning("could not queue the index build of corpus %s: %s", corpus_id, exc)
+        Corpus.objects.filter(pk=corpus_id).update(
+            index_status=IndexStatus.MISSING, index_error=f"build not queued: {exc}"
+        )
+
+
+# --- uploads ----------------------------------------------------------------------------
+
+
+def import_job_create(
+    *,
+    upload: UploadedFile,
+    name: str,
+    split: str,
+    replace: bool,
+    created_by: User | None,
+) -> ImportJob:
+    """Save an uploaded zip (BEIR) or .json (HotpotQA) and queue its import."""
+    suffix = Path(upload.name or "").suffix.lower()
+    fmt = {".zip": BenchmarkSource.BEIR, ".json": BenchmarkSource.HOTPOTQA}.get(suffix)
+    if fmt is None:
+        raise ImportRejected("upload a .zip of a BEIR folder or a HotpotQA .json file")
+    folder = settings.DATA_DIR / "uploads" / uuid.uuid4().hex
+    folder.mkdir(parents=True)
+    target = folder / f"upload{suffix}"
+    with open(target, "wb") as sink:
+        for chunk in upload.chunks():
+            sink.write(chunk)
+    return _import_job_queue(
+        name=_benchmark_name(name),
+        fmt=fmt,
+        split=split,
+        replace=replace,
+        upload_path=target,
+        created_by=created_by,
+    )
+
+
+@transaction.atomic
+def _import_job_queue(
+    *,
+    name: str,
+    fmt: str,
+    split: str,
+    replace: bool,
+    upload_path: Path,
+    created_by: User | None,
+) -> ImportJob:
+    job = ImportJob.objects.create(
+        name=name,
+        fmt=fmt,
+        split=split,
+        replace=replace,
+        upload_path=str(upload_path),
+        created_by=created_by,
+    )
+    job_id = job.pk
+    transaction.on_commit(
+        lambda: tasks.import_job_run.apply_async((job_id,), queue=tasks.INDEX_QUEUE)
+    )
+    return job
+
+
+def import_job_run(*, job_id: int) -> ImportJob | None:
+    """Run a queued upload's import and record the outcome on its row.
+
+    Safe to run twice (a redelivered task after a worker died): a finished job is left
+    alone, and a half-done one starts over because its transaction was rolled back.
+    """
+    job = ImportJob.objects.filter(pk=job_id).first()
+    if job is None or not job.is_active:
+        return job
+    ImportJob.objects.filter(pk=job_id).update(status=ImportStatus.RUNNING)
+    upload = Path(job.upload_path)
+    progress = ProgressFile(upload.parent / "progress.json")
+    try:
+        path, fmt = importers.upload_source_path(upload, upload.parent / "unpacked")
+        result = benchmark_import(
+            path=path,
+            name=job.name,
+            fmt=fmt,
+            split=job.split,
+            replace=job.replace,
+            progress=progress,
+            created_by=job.created_by,
+        )
+    except (ImportRejected, BeirFormatError) as exc:
+        _import_job_finish(job, ImportStatus.FAILED, str(exc))
+    except Exception as exc:
+        logger.exception("import job %s failed", job_id)
+        _import_job_finish(job, ImportStatus.FAILED, f"unexpected error: {exc!r}")
+    else:
+        status = ImportStatus.DONE if result.changed else ImportStatus.UNCHANGED
+        _import_job_finish(job, status, result.describe(job.name), result)
+    finally:
+        shutil.rmtree(upload.parent, ignore_errors=True)
+    job.refresh_from_db()
+    return job
+
+
+def _import_job_finish(
+    job: ImportJob, status: str, message: str, result: ImportResult | None = None
+) -> None:
+    ImportJob.objects.filter(pk=job.pk).update(
+        status=status,
+        message=message,
+        finished=timezone.now(),
+        benchmark_id=result.benchmark_id if result else None,
+        documents=result.documents if result else 0,
+        queries=result.queries if result else 0,
+        qrels=result.qrels if result else 0,
+    )
+
+
+class ProgressFile:
+    """An import's live progress as a small JSON file beside the upload.
+
+    Written at most twice a second, atomically (write, then rename), so the page that
+    polls it never reads half a file.
+    """
+
+    def __init__(self, path: Path, *, interval: float = 0.5) -> None:
+        self.path = path
+        self.interval = interval
+        self._last = 0.0
+
+    def __call__(self, state: importers.ImportProgress) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        body = {
+            "phase": state.phase,
+            "documents": state.documents,
+            "total_documents": state.total_documents,
+            "rate": round(state.rate),
+        }
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(json.dumps(body))
+        os.replace(partial, self.path)
+
+
+# --- exports ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportCounts:
+    documents: int
+    queries: int
+    qrels: int
+
+
+def benchmark_export(*, benchmark: Benchmark, directory: Path) -> ExportCounts:
+    """Write the benchmark as a BEIR folder: rows in import order, so a round trip is exact.
+
+    Each file is written beside its target and renamed into place when complete.
+    """
+    (directory / "qrels").mkdir(parents=True, exist_ok=True)
+    documents = _lines_write(
+        directory / "corpus.jsonl",
+        (
+            _json_line({"_id": doc_id, "title": title, "text": text})
+            for doc_id, title, text in selectors.corpus_document_rows(corpus_id=benchmark.corpus_id)
+        ),
+    )
+    queries = _lines_write(
+        directory / "queries.jsonl",
+        (
+            _json_line({"_id": query_id, "text": text, "metadata": metadata})
+            for query_id, text, metadata in selectors.benchmark_query_rows(
+                benchmark_id=benchmark.pk
+            )
+        ),
+    )
+    qrel_lines = (
+        f"{query_id}\t{doc_id}\t{grade}\n"
+        for query_id, doc_id, grade in selectors.benchmark_qrel_rows(benchmark_id=benchmark.pk)
+    )
+    header = "\t".join(QRELS_HEADER) + "\n"
+    qrels = _lines_write(directory / "qrels" / f"{benchmark.split}.tsv", qrel_lines, header=header)
+    return ExportCounts(documents=documents, queries=queries, qrels=qrels)
+
+
+def _json_line(row: dict[str, object]) -> str:
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
+def _lines_write(path: Path, lines: Iterable[str], *, header: str = "") -> int:
+    partial = path.with_name(path.name + ".partial")
+    count = 0
+    with open(partial, "w", encoding="utf-8", newline="") as sink:
+        sink.write(header)
+        for line in lines:
+            sink.write(line)
+            count += 1
+    os.replace(partial, path)
+    return count

@@ -4,4 +4,8 @@ from harness_app import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("benchmarks/", views.benchmark_list, name="benchmark_list"),
+    path("benchmarks/upload/", views.benchmark_upload, name="benchmark_upload"),
+    path("benchmarks/<int:pk>/", views.benchmark_detail, name="benchmark_detail"),
+    path("benchmarks/imports/<int:pk>/", views.import_job_row, name="import_job_row"),
 ]

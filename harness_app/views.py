@@ -1,13 +1,18 @@
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from harness_app import health
-from harness_app.roles import browse_required
+from harness_app import health, selectors, services
+from harness_app.forms import BenchmarkUploadForm
+from harness_app.importers import ImportRejected
+from harness_app.models import ImportJob
+from harness_app.roles import browse_required, researcher_required
 
 
 @login_not_required
@@ -26,3 +31,63 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @browse_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "harness_app/dashboard.html", {})
+
+
+# --- benchmarks -------------------------------------------------------------------------
+
+
+@browse_required
+def benchmark_list(request: HttpRequest) -> HttpResponse:
+    context = {
+        "page": selectors.benchmark_list_page(page=request.GET.get("page")),
+        "jobs": [
+            (job, selectors.import_job_progress(job)) for job in selectors.import_jobs_recent()
+        ],
+    }
+    return render(request, "harness_app/benchmark_list.html", context)
+
+
+@browse_required
+def benchmark_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    benchmark = selectors.benchmark_get(pk=pk)
+    if benchmark is None:
+        raise Http404("no such benchmark")
+    context = {
+        "benchmark": benchmark,
+        "corpus": benchmark.corpus,
+        "queries": selectors.benchmark_queries_page(
+            benchmark=benchmark, page=request.GET.get("page")
+        ),
+        "documents": selectors.corpus_sample(corpus_id=benchmark.corpus_id),
+    }
+    return render(request, "harness_app/benchmark_detail.html", context)
+
+
+@researcher_required
+def benchmark_upload(request: HttpRequest) -> HttpResponse:
+    form = BenchmarkUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            job = services.import_job_create(
+                upload=data["file"],
+                name=data["name"],
+                split=data["split"],
+                replace=data["replace"],
+                created_by=request.user if isinstance(request.user, User) else None,
+            )
+        except ImportRejected as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Upload received; importing {job.name!r} in the background.")
+            return redirect("benchmark_list")
+    return render(request, "harness_app/benchmark_upload.html", {"form": form})
+
+
+@browse_required
+@require_GET
+def import_job_row(request: HttpRequest, pk: int) -> HttpResponse:
+    """One import's table row; htmx polls it every second while the import is active."""
+    job = get_object_or_404(ImportJob.objects.select_related("benchmark"), pk=pk)
+    context = {"job": job, "progress": selectors.import_job_progress(job)}
+    return render(request, "harness_app/benchmark_import_row.html", context)

@@ -17,7 +17,7 @@ from harness_app.harness.llm.chat_policy import ChatPolicy, ChatPolicyConfig
 from harness_app.harness.llm.client import ChatClient, Sampling
 from harness_app.harness.policies.base import Policy
 from harness_app.harness.reward import RewardWeights
-from harness_app.harness.runner import POLICY_ERROR, iter_episode
+from harness_app.harness.runner import iter_episode
 from harness_app.harness.types import QuerySpec
 from harness_app.models import PolicyConfig, PolicyKind, Query
 from trajectories import services
@@ -97,7 +97,7 @@ def episode_run(*, episode_id: int) -> str:
     calls, sent = _drain(policy, sent)
     services.model_calls_record(claim=claim, calls=calls)  # e.g. the failed final call
     result = run.result()
-    reason = "cancelled" if cancelled else _reason(run, result)
+    reason = "cancelled" if cancelled else result.termination_reason or "unknown"
     outcome = services.EpisodeOutcome(
         termination_reason=reason,
         metrics=result.metrics.to_json(),
@@ -111,9 +111,3 @@ def episode_run(*, episode_id: int) -> str:
     finished = services.episode_finish(claim=claim, outcome=outcome)
     return f"{reason} ({'recorded' if finished else 'superseded by another attempt'})"
 
-
-def _reason(run: Any, result: Any) -> str:
-    # A PolicyStop carries the precise reason (model_unreachable, no_tool_call, ...).
-    if result.termination_reason == POLICY_ERROR and getattr(run, "stop_reason", ""):
-        return str(run.stop_reason)
-    return str(result.termination_reason or "unknown")

@@ -1,23 +1,28 @@
-"""Create the demo logins (and, once imported, the demo benchmark) for `make run`."""
+"""Create the demo logins and the demo benchmark with its index, for `make run`."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from harness_app import indexes
+from harness_app.models import BenchmarkSource, Corpus
 from harness_app.roles import Role
-from harness_app.services import user_ensure
+from harness_app.services import benchmark_import, user_ensure
 
 DEMO_USERS = (
     # username, password, role, staff
     ("researcher", "harness-demo", Role.RESEARCHER, True),
     ("annotator", "harness-demo", Role.ANNOTATOR, False),
 )
+DEMO_DATA = Path(__file__).resolve().parents[2] / "demo_data"
+DEMO_NAME = "demo"
 
 
 class Command(BaseCommand):
-    help = "Create the demo logins and load the demo benchmark (idempotent)."
+    help = "Create the demo logins and load the demo benchmark and its index (idempotent)."
 
     def handle(self, *args: Any, **options: Any) -> None:
         for username, password, role, staff in DEMO_USERS:
@@ -26,3 +31,20 @@ class Command(BaseCommand):
             )
             state = "created" if created else "exists, password unchanged"
             self.stdout.write(f"  login {username} / {password}  ({role.label.lower()}, {state})")
+        self._demo_benchmark()
+
+    def _demo_benchmark(self) -> None:
+        # replace=True: a newer demo_data/ swaps the old demo out; identical data is a no-op.
+        result = benchmark_import(
+            path=DEMO_DATA,
+            name=DEMO_NAME,
+            fmt="beir",
+            split="test",
+            replace=True,
+            source=BenchmarkSource.DEMO,
+        )
+        self.stdout.write(f"  {result.describe(DEMO_NAME)}")
+        corpus = Corpus.objects.get(pk=result.corpus_id)
+        index, built = indexes.corpus_index_ensure(corpus)
+        action = "built" if built else "already built"
+        self.stdout.write(f"  index of corpus {corpus.name!r} {action}: {index.directory}")
