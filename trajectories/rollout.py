@@ -110,4 +110,3 @@ def episode_run(*, episode_id: int) -> str:
     )
     finished = services.episode_finish(claim=claim, outcome=outcome)
     return f"{reason} ({'recorded' if finished else 'superseded by another attempt'})"
-

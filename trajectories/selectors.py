@@ -6,7 +6,14 @@ from typing import Any
 
 from django.db.models import Avg, Count, Q, StdDev
 
-from trajectories.models import Episode, EpisodeStatus, RolloutBatch
+from harness_app.harness.llm.reconstruct import (
+    CallTokens,
+    ChainBreak,
+    Segment,
+    reconstruct_per_request,
+    reconstruct_prefix_merged,
+)
+from trajectories.models import Episode, EpisodeStatus, ModelCall, RolloutBatch
 
 AGGREGATE_FIELDS = (
     "curated_recall",
@@ -51,3 +58,28 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "errors": list(failed.exclude(error="").values_list("error", flat=True)[:5]),
         "metrics": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in means.items()},
     }
+
+
+def episode_segments(
+    *, episode: Episode, mode: str = "prefix"
+) -> tuple[list[Segment], list[ChainBreak]]:
+    """Training sequences rebuilt from the episode's successful model calls.
+
+    `mode` is "prefix" (merge calls whose prompts extend the chain) or "request" (one
+    sequence per call). Failed calls carry no completion and are left out.
+    """
+    calls = [
+        CallTokens(
+            call.pk,
+            call.prompt_token_ids,
+            call.completion_token_ids,
+            call.completion_logprobs,
+            call.policy_version,
+        )
+        for call in ModelCall.objects.filter(episode=episode, error="").order_by("pk")
+    ]
+    if mode == "request":
+        return reconstruct_per_request(calls), []
+    if mode != "prefix":
+        raise ValueError(f"unknown reconstruction mode {mode!r}; use prefix or request")
+    return reconstruct_prefix_merged(calls)

@@ -63,6 +63,7 @@ def obs(turn, text, results=()):
 
 
 def make_policy(replies, **config):
+    config.setdefault("token_in", False)
     transport, requests = scripted(replies)
     client = ChatClient("http://vllm.test/v1", "m", transport=transport)
     policy = ChatPolicy(client, TOOLS, ChatPolicyConfig(retry_backoff_s=0, **config))
@@ -151,7 +152,10 @@ def test_message_prefix_starts_the_conversation():
         {"role": "assistant", "content": "ok"},
     ]
     policy = ChatPolicy(
-        ChatClient("http://x/v1", "m", transport=transport), TOOLS, prefix_messages=prefix
+        ChatClient("http://x/v1", "m", transport=transport),
+        TOOLS,
+        ChatPolicyConfig(token_in=False),
+        prefix_messages=prefix,
     )
     policy.reset("q")
     policy.act(obs(0, "Q"), None)
@@ -163,3 +167,89 @@ def test_bad_config_names_the_field():
         ChatPolicyConfig(tool_call_format="xml")
     with pytest.raises(ValueError, match="unknown termination_policy"):
         ChatPolicyConfig(termination_policy="forever", sampling=Sampling())
+
+
+# -- token-in mode ------------------------------------------------------------------------
+END_OF_TURN, NEWLINE = 2, 10
+
+
+def render(messages, add_generation_prompt):
+    """A toy chat template: role marker, one token per character, end-of-turn, newline."""
+    ids = []
+    for m in messages:
+        ids += [100 + len(m["role"])] + [ord(c) for c in m.get("content") or ""]
+        ids += [END_OF_TURN, NEWLINE]
+    return ids + ([101] if add_generation_prompt else [])
+
+
+def token_server(completions):
+    """/tokenize renders with the toy template; /completions samples scripted token ids whose
+    text would re-tokenise differently (as real BPE sampling can)."""
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            return httpx.Response(
+                200, json={"tokens": render(body["messages"], body["add_generation_prompt"])}
+            )
+        seen.append(body)
+        text, ids, *finish = completions[len(seen) - 1]
+        choice = {
+            "text": text,
+            "token_ids": ids,
+            "finish_reason": finish[0] if finish else "stop",
+            "logprobs": {"token_logprobs": [-0.25] * len(ids)},
+        }
+        return httpx.Response(
+            200,
+            json={
+                "choices": [choice],
+                "prompt_token_ids": body["prompt"],
+                "usage": {"prompt_tokens": len(body["prompt"])},
+            },
+        )
+
+    return httpx.MockTransport(handler), seen
+
+
+def test_token_in_prompts_extend_the_sampled_tokens_exactly():
+    from harness_app.harness.llm.reconstruct import CallTokens, reconstruct_prefix_merged
+
+    action = json.dumps({"tool": "search_corpus", "arguments": {"query": "x"}})
+    # Sampled ids (7, 8, 9) are not what the template would produce for the text.
+    transport, seen = token_server([(action, [7, 8, 9, END_OF_TURN])] * 3)
+    policy = ChatPolicy(
+        ChatClient("http://vllm.test/v1", "m", transport=transport),
+        TOOLS,
+        ChatPolicyConfig(tool_call_format="json_schema", retry_backoff_s=0),
+    )
+    policy.reset("q")
+    for turn in range(3):
+        [call] = policy.act(obs(turn, f"observation {turn}"), None)
+        assert call.name == "search_corpus"
+    first, second = seen[0]["prompt"], seen[1]["prompt"]
+    assert second[: len(first) + 4] == first + [7, 8, 9, END_OF_TURN]
+    assert "response_format" in seen[0] and seen[0]["logprobs"] == 0
+    calls = [
+        CallTokens(i, r.prompt_token_ids, r.completion_token_ids, r.completion_logprobs)
+        for i, (_, r) in enumerate(policy.calls)
+    ]
+    chains, breaks = reconstruct_prefix_merged(calls)
+    assert len(chains) == 1 and [b.reason for b in breaks] == ["first_call"]
+    assert chains[0].loss_mask.count(1) == 12  # exactly the 3 x 4 sampled tokens
+
+
+def test_a_reply_cut_off_by_max_tokens_gets_the_template_end_of_turn_masked():
+    action = json.dumps({"tool": "search_corpus", "arguments": {"query": "x"}})
+    transport, seen = token_server([(action[:5], [7, 8], "length"), (action, [7, 8, END_OF_TURN])])
+    policy = ChatPolicy(
+        ChatClient("http://vllm.test/v1", "m", transport=transport),
+        TOOLS,
+        ChatPolicyConfig(tool_call_format="json_schema", retry_backoff_s=0),
+    )
+    policy.reset("q")
+    policy.act(obs(0, "first"), None)
+    policy.act(obs(1, "second"), None)
+    first, second = seen[0]["prompt"], seen[1]["prompt"]
+    assert second[: len(first) + 4] == first + [7, 8, END_OF_TURN, NEWLINE]

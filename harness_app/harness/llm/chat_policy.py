@@ -12,6 +12,14 @@ Two action formats, chosen by the policy config:
 - `json_schema`: the tools are described in the system prompt and the reply is constrained
   by `response_format` to one JSON action, so even a tiny model produces valid actions.
 
+Requests go token-in by default (`token_in`): the policy asks the server to render the
+conversation with its chat template (/tokenize) but sends the completion request as token
+ids, splicing the newly rendered tokens after the exact tokens of the previous prompt and
+completion. A server that re-rendered the assistant's reply from text could re-tokenise it
+differently from what was sampled; token-in keeps every prompt a true extension of the last,
+so the recorded calls merge into one trainable sequence. `token_in=False` uses plain chat
+completions (for OpenAI-compatible servers without /tokenize).
+
 Every call, failed or not, is kept in `calls` with its turn index for the worker to persist.
 """
 
@@ -60,6 +68,7 @@ class ChatPolicyConfig:
     sampling: Sampling = field(default_factory=Sampling)
     retries: int = 3
     retry_backoff_s: float = 1.0
+    token_in: bool = True
 
     def __post_init__(self) -> None:
         if self.system_prompt_version not in SYSTEM_PROMPTS:
@@ -114,12 +123,17 @@ class ChatPolicy:
         self.messages: list[dict[str, Any]] = []
         self.calls: list[tuple[int, ModelCallRecord]] = []
         self._pending_ids: list[str] = []
+        self._tokens: list[int] = []  # the last call's prompt + completion, as sampled
+        self._assistant_at = -1  # index in `messages` of the last assistant reply
+        self._stopped = False  # whether that reply ended on its end-of-turn token
+        self._closing: list[int] | None = None  # template tokens after an assistant reply
 
     # -- Policy protocol -------------------------------------------------------------
     def reset(self, query_text: str) -> None:
         self.messages = list(self.prefix_messages) or [self._system_message()]
         self.calls = []
         self._pending_ids = []
+        self._tokens, self._assistant_at, self._stopped = [], -1, False
 
     def act(self, observation: Observation, state: Any) -> list[ToolCall]:
         self._append_observation(observation)
@@ -149,7 +163,56 @@ class ChatPolicy:
         self.messages.append({"role": "user", "content": observation.working_memory})
         self._pending_ids = []
 
+    def _constraint(self) -> dict[str, Any]:
+        if self.config.tool_call_format == "openai_tools":
+            return {}
+        schema = {"name": "action", "schema": action_schema(self.tools)}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+
+    def _rendered_tools(self) -> list[dict[str, Any]] | None:
+        return self.tools if self.config.tool_call_format == "openai_tools" else None
+
+    def _template_closing(self) -> list[int]:
+        """The tokens the chat template puts after an assistant reply (ChatML: end-of-turn,
+        newline), found as the common tail of two renders that differ only in the reply."""
+        if self._closing is None:
+            probe = [{"role": "user", "content": "q"}]
+            a, b = (
+                self.client.tokenize_chat(
+                    [*probe, {"role": "assistant", "content": text}], add_generation_prompt=False
+                )
+                for text in ("a", "b")
+            )
+            n = 0
+            while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+                n += 1
+            self._closing = a[len(a) - n :]
+        return self._closing
+
+    def _token_prompt(self) -> list[int]:
+        """Previous prompt + sampled completion + the newly rendered turn, as token ids."""
+        tools = self._rendered_tools()
+        full = self.client.tokenize_chat(self.messages, tools=tools)
+        if not self._tokens:
+            return full
+        partial = self.client.tokenize_chat(
+            self.messages[: self._assistant_at + 1], tools=tools, add_generation_prompt=False
+        )
+        closing = self._template_closing()
+        if not closing or full[: len(partial)] != partial or partial[-len(closing) :] != closing:
+            # No safe splice point: send the plain rendering; reconstruction records a break.
+            return full
+        # A reply that stopped sampled the end-of-turn token itself; one cut off by
+        # max_tokens did not, and the template's goes in as (masked) interstitial.
+        if self._stopped and self._tokens[-1] == closing[0]:
+            closing = closing[1:]
+        return self._tokens + closing + full[len(partial) :]
+
     def _request(self) -> dict[str, Any]:
+        if self.config.token_in:
+            return self.client.build_completion_request(
+                self._token_prompt(), self.config.sampling, **self._constraint()
+            )
         # A copy of the list, so later appends never alter a recorded request.
         messages = list(self.messages)
         if self.config.tool_call_format == "openai_tools":
@@ -164,10 +227,9 @@ class ChatPolicy:
         )
 
     def _call_with_retries(self, turn: int) -> ModelCallRecord:
-        request = self._request()
         for attempt in range(self.config.retries + 1):
             try:
-                record = self.client.complete(request)
+                record = self.client.complete(self._request())
             except ModelCallError as exc:
                 if exc.record is not None:
                     self.calls.append((turn, exc.record))
@@ -176,6 +238,8 @@ class ChatPolicy:
                     continue
                 raise PolicyStop(exc.kind, str(exc)) from exc
             self.calls.append((turn, record))
+            self._tokens = record.prompt_token_ids + record.completion_token_ids
+            self._stopped = record.finish_reason == "stop"
             return record
         raise AssertionError("unreachable: the loop returns or raises")
 
@@ -186,13 +250,16 @@ class ChatPolicy:
         if message.get("tool_calls"):
             assistant["tool_calls"] = message["tool_calls"]
         self.messages.append(assistant)
+        self._assistant_at = len(self.messages) - 1
         calls = self._parse(message)
         if not calls and self.config.termination_policy == "last_tool":
             raise PolicyStop("no_tool_call", "the reply contained no tool call")
         if not calls:
             # Fed back as a format error: the harness says what was wrong next turn.
-            calls = [ToolCall(name="", arguments=assistant["content"], call_id="call_0")]
-        self._pending_ids = [c.call_id for c in calls] if message.get("tool_calls") else []
+            self._pending_ids = []
+            return [ToolCall(name="", arguments=assistant["content"], call_id="call_0")]
+        tool_messages = self.config.tool_call_format == "openai_tools"
+        self._pending_ids = [c.call_id for c in calls] if tool_messages else []
         return calls
 
     def _parse(self, message: dict[str, Any]) -> list[ToolCall]:

@@ -49,9 +49,11 @@ class ModelCallRecord:
 
     @property
     def message(self) -> dict[str, Any]:
-        choices = self.response.get("choices") or [{}]
-        message = choices[0].get("message") or {}
-        return dict(message)
+        """The assistant message; a plain completion's text becomes its content."""
+        choice = (self.response.get("choices") or [{}])[0]
+        if "text" in choice:
+            return {"role": "assistant", "content": choice.get("text") or ""}
+        return dict(choice.get("message") or {})
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class ChatClient:
     ) -> None:
         self.model = model
         self.policy_version = policy_version
+        # vLLM serves /tokenize beside /v1, at the server root.
+        self.root_url = base_url.rstrip("/").removesuffix("/v1")
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
@@ -113,11 +117,53 @@ class ChatClient:
             **extra,
         }
 
-    def complete(self, request: dict[str, Any]) -> ModelCallRecord:
-        record = ModelCallRecord(request=request, policy_version=self.policy_version)
+    def build_completion_request(
+        self, prompt_ids: list[int], sampling: Sampling, **extra: Any
+    ) -> dict[str, Any]:
+        """A token-in completion request: the prompt is token ids, not text."""
+        return {
+            "model": self.model,
+            "prompt": prompt_ids,
+            **sampling.to_request(),
+            "logprobs": 0,
+            "return_token_ids": True,
+            **extra,
+        }
+
+    def tokenize_chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """The token ids of `messages` rendered by the server's own chat template."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        if tools:
+            body["tools"] = tools
+        record = ModelCallRecord(request=body)
         started = time.perf_counter()
         try:
-            response = self._http.post("/chat/completions", json=request)
+            response = self._http.post(f"{self.root_url}/tokenize", json=body)
+        except httpx.TimeoutException as exc:
+            raise self._fail(record, started, "model_timeout", str(exc) or "timed out") from exc
+        except httpx.TransportError as exc:
+            raise self._fail(record, started, "model_unreachable", str(exc)) from exc
+        if response.status_code >= 400:
+            raise self._http_error(record, response)
+        return list(response.json()["tokens"])
+
+    def complete(self, request: dict[str, Any]) -> ModelCallRecord:
+        """Send a chat request, or a token-in completion request when it has `prompt`."""
+        record = ModelCallRecord(request=request, policy_version=self.policy_version)
+        path = "/completions" if "prompt" in request else "/chat/completions"
+        started = time.perf_counter()
+        try:
+            response = self._http.post(path, json=request)
         except httpx.TimeoutException as exc:
             raise self._fail(record, started, "model_timeout", str(exc) or "timed out") from exc
         except httpx.TransportError as exc:
@@ -156,10 +202,11 @@ def _fill_tokens(record: ModelCallRecord) -> ModelCallRecord:
     choice = (body.get("choices") or [{}])[0]
     record.finish_reason = choice.get("finish_reason") or ""
     record.usage = body.get("usage") or {}
-    record.prompt_token_ids = list(body.get("prompt_token_ids") or [])
+    record.prompt_token_ids = list(
+        body.get("prompt_token_ids") or choice.get("prompt_token_ids") or []
+    )
     record.completion_token_ids = list(choice.get("token_ids") or [])
-    content = (choice.get("logprobs") or {}).get("content") or []
-    record.completion_logprobs = [float(item.get("logprob", 0.0)) for item in content]
+    record.completion_logprobs = _logprobs(choice.get("logprobs") or {})
     prompt_tokens = record.usage.get("prompt_tokens")
     if not record.prompt_token_ids or not record.completion_token_ids:
         raise ModelCallError(
@@ -183,3 +230,10 @@ def _fill_tokens(record: ModelCallRecord) -> ModelCallRecord:
             record,
         )
     return record
+
+
+def _logprobs(data: dict[str, Any]) -> list[float]:
+    """Per-token logprobs from a chat (`content`) or a completion (`token_logprobs`) reply."""
+    if "token_logprobs" in data:
+        return [float(x) if x is not None else 0.0 for x in data["token_logprobs"]]
+    return [float(item.get("logprob", 0.0)) for item in data.get("content") or []]
