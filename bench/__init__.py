@@ -1,0 +1,1 @@
+"""Performance benchmarks that print figures (never run as tests)."""

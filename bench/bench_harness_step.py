@@ -1,0 +1,363 @@
+"""Harness overhead per step, and WORKINGMEMORY size, on HotpotQA dev-500.
+
+Prints figures, asserts nothing. Run from the project root:
+
+    .venv/bin/python bench/bench_harness_step.py [--episodes 200] [--seed 7]
+
+- Overhead: wall time of `SearchHarness.step` minus the time spent inside the retriever
+  (search, document lookups), over random but realistic episodes (a search first, then a
+  weighted mix of every tool, some malformed calls). Retrieval is a small numpy BM25 written
+  here so the figure does not depend on the production index. Grep scans the corpus in the
+  harness itself, so it is reported on its own line and kept out of the headline figure.
+- Caches: per-document analysis (sentences, fingerprints, entities) is cached per process.
+  "cold" clears it before every episode (a corpus so large that documents never repeat);
+  "steady" lets it fill across distinct questions as a long-lived worker would; "hot"
+  replays episodes already run, like the N samples of one GRPO group.
+- GC: after loading the corpus the script calls gc.freeze(), as a rollout worker should
+  (see docs/harness.md); without it, full collections over the corpus objects roughly
+  double p99. Pass --no-freeze to see that.
+- WM size: an episode that curates 30 documents in turn 1, then keeps acting, with the
+  context limit lifted so it reaches turn 40. Tokens are estimated as chars/4 (the harness
+  estimate); tiktoken's cl100k_base count is added when tiktoken is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness_app.harness import compress, dedup, graph, working_memory  # noqa: E402
+from harness_app.harness.budget import estimate_tokens  # noqa: E402
+from harness_app.harness.env import HarnessConfig, SearchHarness  # noqa: E402
+from harness_app.harness.text import analyze  # noqa: E402
+from harness_app.harness.types import Document, QuerySpec, SearchHit, ToolCall  # noqa: E402
+
+TAGS = ["very_high", "high", "fair", "low"]
+
+
+def data_dir() -> Path:
+    override = os.environ.get("HARNESS_SHARED_DATA")
+    root = Path(override) if override else ROOT.parent / "shared" / "data"
+    return root / "hotpotqa-dev500"
+
+
+class NumpyBM25:
+    """Plain BM25 (k1=0.9, b=0.4) over title + text with an inverted index in numpy."""
+
+    def __init__(self, docs: list[Document]) -> None:
+        self.docs = {d.doc_id: d for d in docs}
+        self.ids = [d.doc_id for d in docs]
+        postings: dict[str, Counter[int]] = defaultdict(Counter)
+        lengths = np.zeros(len(docs))
+        for i, doc in enumerate(docs):
+            terms = analyze(f"{doc.title} {doc.text}")
+            lengths[i] = len(terms)
+            for term in terms:
+                postings[term][i] += 1
+        avg = lengths.mean()
+        self.index: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for term, counts in postings.items():
+            rows = np.fromiter(counts.keys(), dtype=np.int64)
+            tf = np.fromiter(counts.values(), dtype=np.float64)
+            idf = np.log(1 + (len(docs) - len(rows) + 0.5) / (len(rows) + 0.5))
+            norm = tf + 0.9 * (1 - 0.4 + 0.4 * lengths[rows] / avg)
+            self.index[term] = (rows, idf * tf * 1.9 / norm)
+        self.size = len(docs)
+        self.seconds = 0.0  # time spent inside retriever calls, subtracted from step time
+
+    def search(
+        self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
+    ) -> list[SearchHit]:
+        start = time.perf_counter()
+        scores = np.zeros(self.size)
+        for term in analyze(query):
+            if term in self.index:
+                rows, weights = self.index[term]
+                scores[rows] += weights
+        order = np.argsort(-scores)[: k + len(exclude) + 1]
+        hits = []
+        for i in order:
+            if scores[i] <= 0 or len(hits) == k:
+                break
+            if self.ids[i] not in exclude:
+                hits.append(SearchHit(self.ids[i], float(scores[i]), len(hits) + 1))
+        self.seconds += time.perf_counter() - start
+        return hits
+
+    def document(self, doc_id: str) -> Document:
+        start = time.perf_counter()
+        doc = self.docs[doc_id]
+        self.seconds += time.perf_counter() - start
+        return doc
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self.docs
+
+    def __len__(self) -> int:
+        return self.size
+
+    def iter_documents(self) -> Iterator[Document]:
+        return iter(self.docs.values())
+
+
+def load(path: Path) -> tuple[list[Document], list[QuerySpec]]:
+    with (path / "corpus.jsonl").open() as fh:
+        docs = [Document(r["_id"], r["title"], r["text"]) for r in map(json.loads, fh)]
+    with (path / "queries.jsonl").open() as fh:
+        queries = [
+            QuerySpec(r["_id"], r["text"], str(r.get("metadata", {}).get("answer", "")))
+            for r in map(json.loads, fh)
+        ]
+    return docs, queries
+
+
+class RandomPolicy:
+    """A seeded stand-in for a model: plausible tool calls with realistic arguments."""
+
+    def __init__(self, rng: random.Random, question: str) -> None:
+        self.rng = rng
+        self.words = [w for w in re.findall(r"[A-Za-z0-9']+", question) if len(w) > 3]
+
+    def query(self, env: SearchHarness) -> str:
+        words = self.rng.sample(self.words, min(len(self.words), self.rng.randint(2, 5)))
+        titles = [e.title for e in env.state.pool.values()]
+        if titles and self.rng.random() < 0.4:
+            words.append(self.rng.choice(titles))
+        return " ".join(words) or "film"
+
+    def ids(self, env: SearchHarness, n: int) -> list[str]:
+        pool = list(env.state.memory)
+        return self.rng.sample(pool, min(n, len(pool)))
+
+    def calls(self, env: SearchHarness) -> list[ToolCall]:
+        if env.state.turn == 0:
+            return [ToolCall("search_corpus", {"query": " ".join(self.words)})]
+        n_calls = self.rng.choice([1, 1, 1, 2, 2, 3])
+        return [self.one_call(env) for _ in range(n_calls)]
+
+    def one_call(self, env: SearchHarness) -> ToolCall:
+        roll = self.rng.random()
+        if roll < 0.25:
+            return ToolCall("search_corpus", {"query": self.query(env)})
+        if roll < 0.33:
+            queries = [self.query(env) for _ in range(self.rng.randint(2, 4))]
+            return ToolCall("fan_out_search", {"queries": queries})
+        if roll < 0.43:
+            return ToolCall("read_document", {"doc_id": (self.ids(env, 1) or ["x"])[0]})
+        if roll < 0.52:
+            return ToolCall("review_docs", {"doc_ids": self.ids(env, 3) or ["x"]})
+        if roll < 0.77:
+            ids = self.ids(env, self.rng.randint(1, 4))
+            tags = {d: self.rng.choice(TAGS) for d in ids}
+            remove = self.ids(env, 1) if self.rng.random() < 0.2 else []
+            remove = [d for d in remove if d not in ids]
+            return ToolCall("curate", {"add_ids": ids, "remove_ids": remove, "importance": tags})
+        if roll < 0.90:
+            claim = " ".join(self.rng.sample(self.words, min(4, len(self.words))))
+            return ToolCall("verify", {"claim": claim or "x", "doc_ids": self.ids(env, 2) or ["x"]})
+        if roll < 0.94:
+            titles = [e.title for e in env.state.pool.values()] or ["Film"]
+            return ToolCall("grep_corpus", {"pattern": re.escape(self.rng.choice(titles))})
+        return ToolCall(self.rng.choice(["curate", "searh", "verify"]), "{'bad': json")  # malformed
+
+
+def run_episodes(
+    retriever: NumpyBM25, queries: list[QuerySpec], episodes: int, seed: int, cold: bool
+) -> dict[str, list[float]]:
+    rng = random.Random(seed)
+    timings: dict[str, list[float]] = defaultdict(list)
+    for query in rng.sample(queries, min(episodes, len(queries))):
+        if cold:
+            clear_caches()
+        env = SearchHarness(retriever, config=HarnessConfig())
+        env.reset(query)
+        policy = RandomPolicy(rng, query.text)
+        while not env.state.done:
+            calls = policy.calls(env)
+            before = retriever.seconds
+            start = time.perf_counter()
+            env.step(calls)
+            elapsed = time.perf_counter() - start - (retriever.seconds - before)
+            kind = "grep" if any(c.name == "grep_corpus" for c in calls) else "other"
+            timings[kind].append(elapsed * 1e6)
+            if len(calls) == 1:  # per-tool figures come from single-call steps only
+                timings[f"tool:{calls[0].name}"].append(elapsed * 1e6)
+    return timings
+
+
+def clear_caches() -> None:
+    for cached in (
+        compress._sentences,
+        compress.sentence_view,
+        compress.sentence_bm25,
+        compress.compress,
+        dedup.fingerprint,
+        graph.extract_entities,
+        working_memory.doc_label,
+        working_memory._doc_line,
+    ):
+        cached.cache_clear()
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def report_overhead(label: str, timings: dict[str, list[float]]) -> None:
+    steps = timings["other"]
+    print(f"\n[{label} caches] harness overhead per step, retrieval excluded (µs)")
+    print(
+        f"  steps without grep: n={len(steps)}  p50={percentile(steps, 50):.0f}  "
+        f"p99={percentile(steps, 99):.0f}  mean={statistics.fmean(steps):.0f}"
+    )
+    grep = timings["grep"]
+    if grep:
+        print(
+            f"  steps with grep:    n={len(grep)}  p50={percentile(grep, 50):.0f}  "
+            f"p99={percentile(grep, 99):.0f}"
+        )
+    for key in sorted(k for k in timings if k.startswith("tool:")):
+        values = timings[key]
+        print(
+            f"  {key[5:]:<16} n={len(values):<5} p50={percentile(values, 50):>6.0f}  "
+            f"p99={percentile(values, 99):>7.0f}"
+        )
+
+
+def token_counter() -> Any:
+    try:
+        import tiktoken
+    except ImportError:
+        return None
+    return tiktoken.get_encoding("cl100k_base")
+
+
+def first_turn_with_30_curated(
+    retriever: NumpyBM25, env: SearchHarness, policy: RandomPolicy, question: str
+) -> list[ToolCall]:
+    """Search, fan out and curate 30 docs in one turn, predicting the hits beforehand."""
+    subqueries = [policy.query(env) for _ in range(5)]
+    predicted: list[str] = []
+    for text, k in [(question, 10)] + [(q, 5) for q in subqueries]:
+        predicted += [h.doc_id for h in retriever.search(text, k, exclude=set(predicted))]
+    ids = predicted[:30]
+    return [
+        ToolCall("search_corpus", {"query": question}),
+        ToolCall("fan_out_search", {"queries": subqueries}),
+        ToolCall(
+            "curate", {"add_ids": ids, "importance": {d: TAGS[i % 4] for i, d in enumerate(ids)}}
+        ),
+    ]
+
+
+def wm_sizes(retriever: NumpyBM25, queries: list[QuerySpec], seed: int, n: int) -> None:
+    rng = random.Random(seed)
+    encoder = token_counter()
+    sizes: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    curated_at: dict[int, list[int]] = defaultdict(list)
+    config = HarnessConfig(context_token_limit=10**9, max_turns=40)
+    episodes = 0
+    for query in rng.sample(queries, n * 2):
+        env = SearchHarness(retriever, config=config)
+        env.reset(query)
+        policy = RandomPolicy(rng, query.text)
+        obs = env.step(first_turn_with_30_curated(retriever, env, policy, query.text))
+        if len(env.state.curated) < 30:
+            continue  # a prediction missed (dedup backfill changed the hits); skip it
+        episodes += 1
+        while True:
+            if obs.turn in (1, 10, 40):
+                wm = obs.working_memory
+                real = len(encoder.encode(wm)) if encoder else -1
+                sizes[obs.turn].append((estimate_tokens(wm), real))
+                curated_at[obs.turn].append(len(env.state.curated))
+            if obs.done:
+                break
+            obs = env.step(policy.calls(env))
+        if episodes == n:
+            break
+    print(f"\nWORKINGMEMORY size, {episodes} episodes with 30 docs curated in turn 1")
+    if encoder is None:
+        print("  (tiktoken is not installed: figures are the harness estimate, chars/4)")
+    for turn in sorted(sizes):
+        estimates = [e for e, _ in sizes[turn]]
+        line = (
+            f"  turn {turn:>2}: ~{statistics.fmean(estimates):.0f} tokens "
+            f"(max {max(estimates)}), curated {statistics.fmean(curated_at[turn]):.1f}"
+        )
+        if encoder is not None:
+            line += f", cl100k {statistics.fmean(r for _, r in sizes[turn]):.0f}"
+        print(line)
+
+
+def per_document_costs(docs: list[Document], n: int = 2000) -> None:
+    sample = docs[:n]
+    print(f"\nper-document analysis, cold cache, mean over {len(sample)} docs (µs)")
+    for label, fn in (
+        ("sentence split + analyze + BM25Okapi", compress.sentence_view.__wrapped__),
+        ("MinHash fingerprint + LSH bands", lambda d: dedup.fingerprint.__wrapped__(d.text)),
+        ("entity extraction", graph.extract_entities.__wrapped__),
+    ):
+        start = time.perf_counter()
+        for doc in sample:
+            fn(doc)
+        print(f"  {label:<38} {(time.perf_counter() - start) / len(sample) * 1e6:.0f}")
+    index = dedup.DedupIndex()
+    for doc in sample[:500]:
+        index.add(doc.doc_id, doc.text)
+    for doc in sample[500:]:
+        dedup.fingerprint(doc.text)  # warm, so the figure is the lookup alone
+    start = time.perf_counter()
+    for doc in sample[500:]:
+        index.near_duplicate_of(doc.text)
+    per = (time.perf_counter() - start) / max(len(sample) - 500, 1) * 1e6
+    print(f"  near-duplicate lookup vs 500 shown docs (warm) {per:.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--no-freeze", action="store_true", help="skip gc.freeze()")
+    args = parser.parse_args()
+    path = data_dir()
+    if not (path / "corpus.jsonl").is_file():
+        print(f"skipped: {path}/corpus.jsonl not found (set HARNESS_SHARED_DATA)")
+        return
+    docs, queries = load(path)
+    started = time.perf_counter()
+    retriever = NumpyBM25(docs)
+    if not args.no_freeze:
+        gc.freeze()
+    print(
+        f"hotpotqa-dev500: {len(docs)} docs, {len(queries)} queries; "
+        f"index built in {time.perf_counter() - started:.1f}s; python {sys.version.split()[0]}"
+    )
+    per_document_costs(docs)
+    n = args.episodes
+    report_overhead("cold", run_episodes(retriever, queries, n // 4, args.seed, cold=True))
+    clear_caches()
+    report_overhead("steady", run_episodes(retriever, queries, n, args.seed + 1, cold=False))
+    run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False)  # fill, then replay
+    report_overhead("hot", run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False))
+    wm_sizes(retriever, queries, args.seed, n=20)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Which harness mechanisms are switched on for one episode.
+
+An `Ablation` is a plain frozen value handed to each `SearchHarness`, never a process-wide
+flag, so one worker process can run every ablation interleaved without them leaking into
+each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+MECHANISMS: tuple[str, ...] = (
+    "auto_seed",
+    "importance_tags",
+    "compression",
+    "dedup",
+    "evidence_graph",
+    "verification",
+    "review_docs",
+    "budget_marker",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Ablation:
+    """One bool per mechanism; everything on by default (the full harness)."""
+
+    auto_seed: bool = True
+    importance_tags: bool = True
+    compression: bool = True
+    dedup: bool = True
+    evidence_graph: bool = True
+    verification: bool = True
+    review_docs: bool = True
+    budget_marker: bool = True
+
+    def without(self, *names: str) -> Ablation:
+        """A copy with the named mechanisms switched off."""
+        _check_names(names)
+        return replace(self, **dict.fromkeys(names, False))
+
+    @property
+    def disabled(self) -> tuple[str, ...]:
+        """The switched-off mechanisms, in MECHANISMS order."""
+        return tuple(name for name in MECHANISMS if not getattr(self, name))
+
+    @property
+    def label(self) -> str:
+        """ "full", or the disabled mechanisms as "-compression-dedup" (MECHANISMS order).
+
+        The order is canonical so that equal ablations always share a label, which the
+        dashboards group by.
+        """
+        off = self.disabled
+        return "full" if not off else "".join(f"-{name}" for name in off)
+
+    @classmethod
+    def from_label(cls, label: str) -> Ablation:
+        """Parse a label produced by `label` (any order of the "-name" parts)."""
+        label = label.strip()
+        if label in ("", "full"):
+            return cls()
+        if not label.startswith("-"):
+            raise ValueError(f"ablation label must be 'full' or start with '-', got {label!r}")
+        return cls().without(*label[1:].split("-"))
+
+    def to_json(self) -> dict[str, bool]:
+        return {f.name: bool(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Ablation:
+        """Missing mechanisms default to on; unknown names or non-bool values are errors."""
+        _check_names(tuple(data))
+        for name, value in data.items():
+            if not isinstance(value, bool):
+                raise ValueError(f"ablation field {name!r} must be a bool, got {value!r}")
+        return cls(**data)
+
+
+def _check_names(names: tuple[str, ...]) -> None:
+    unknown = [n for n in names if n not in MECHANISMS]
+    if unknown:
+        raise ValueError(
+            f"unknown mechanism(s) {', '.join(map(repr, unknown))}; known: {', '.join(MECHANISMS)}"
+        )

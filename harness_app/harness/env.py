@@ -1,0 +1,337 @@
+"""SearchHarness: the gym-like environment a policy acts on.
+
+`reset(query)` starts an episode and returns the turn-0 observation (the question inside the
+WORKINGMEMORY); `step(tool_calls)` runs one turn of tool calls and returns what the model
+sees next. `step` never raises on bad model output: unknown tools, arguments that are not
+JSON or do not fit the schema, unknown document ids and rejected regexes all come back as a
+`ToolResult` with ok=False and a message saying exactly what was wrong, and count as format
+errors. After `max_format_error_turns` consecutive turns in which every call failed, the
+episode ends with termination_reason "format_errors".
+
+Episodes end on end_search ("end_search"), at `max_turns` ("max_turns"), or when the
+accumulated context-token estimate passes `context_token_limit` ("context_budget"); see
+budget.py for how tokens are estimated.
+
+The tool handlers live in handlers.py and the schemas in tools.py; this module owns the
+episode loop, termination and observation assembly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from harness_app.harness.ablation import Ablation
+from harness_app.harness.budget import WARNING_LEVELS, estimate_tokens
+from harness_app.harness.dedup import DedupIndex
+from harness_app.harness.grep import PatternError
+from harness_app.harness.handlers import ToolFailure, ToolRunner
+from harness_app.harness.state import CurationEvent, HarnessState
+from harness_app.harness.tools import (
+    ArgumentError,
+    ToolLimits,
+    ToolSpec,
+    parse_arguments,
+    tool_specs,
+)
+from harness_app.harness.types import Observation, QuerySpec, Retriever, ToolCall, ToolResult
+from harness_app.harness.verify import LexicalVerifier, Verifier
+from harness_app.harness.working_memory import render_working_memory
+
+__all__ = ["HarnessConfig", "SearchHarness"]
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessConfig:
+    """Every number the harness uses; see docs/harness.md for what each one does."""
+
+    max_turns: int = 40
+    context_token_limit: int = 32_768
+    curated_capacity: int = 30
+    search_k: int = 10
+    fan_out_k: int = 5  # hits per query in fan_out_search
+    max_fan_out: int = 5
+    max_ids_per_call: int = 5  # review_docs and verify
+    max_calls_per_turn: int = 8
+    max_format_error_turns: int = 3
+    auto_seed_count: int = 8
+    compress_sentences: int = 4
+    sentence_chars: int = 300  # cap on each compressed sentence
+    snippet_chars: int = 300  # leading snippet when compression is ablated
+    read_max_chars: int = 4000
+    memory_snippet_chars: int = 400  # what document memory D keeps of each view
+    dedup_threshold: float = 0.85
+    grep_max_hits: int = 5
+    grep_time_limit_s: float = 0.25
+    grep_max_scan_chars: int = 20_000_000
+    grep_doc_chars: int = 20_000
+    grep_max_pattern_chars: int = 200
+    wm_snippet_chars: int = 48
+    wm_top_candidates: int = 5
+    wm_recent_searches: int = 4
+    wm_bridges: int = 5
+    wm_verifications: int = 6
+    budget_warnings: tuple[float, ...] = WARNING_LEVELS
+    # False when the policy keeps only the latest WORKINGMEMORY in its prompt (dropping the
+    # earlier ones), so the context estimate counts one WM instead of every turn's.
+    wm_in_history: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+                raise ValueError(f"HarnessConfig.{f.name} must be >= 0, got {value!r}")
+        for name in ("max_turns", "context_token_limit", "search_k", "max_calls_per_turn"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"HarnessConfig.{name} must be >= 1")
+
+    @property
+    def tool_limits(self) -> ToolLimits:
+        return ToolLimits(
+            max_queries=self.max_fan_out,
+            max_ids=self.max_ids_per_call,
+            max_curate_ids=self.curated_capacity,
+            max_pattern_chars=self.grep_max_pattern_chars,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["budget_warnings"] = list(self.budget_warnings)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HarnessConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown HarnessConfig field(s): {', '.join(unknown)}")
+        values = dict(data)
+        if "budget_warnings" in values:
+            values["budget_warnings"] = tuple(values["budget_warnings"])
+        return cls(**values)
+
+
+class SearchHarness:
+    """One environment instance; reusable for many episodes, one at a time."""
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        config: HarnessConfig | None = None,
+        ablation: Ablation | None = None,
+        verifier: Verifier | None = None,
+    ) -> None:
+        self.retriever = retriever
+        self.config = config or HarnessConfig()
+        self.ablation = ablation or Ablation()
+        self.verifier: Verifier = verifier or LexicalVerifier()
+        self._specs: dict[str, ToolSpec] = {
+            spec.name: spec for spec in tool_specs(self.config.tool_limits, self.ablation)
+        }
+        self._state: HarnessState | None = None
+        self._runner: ToolRunner | None = None
+
+    @property
+    def state(self) -> HarnessState:
+        if self._state is None:
+            raise RuntimeError("SearchHarness.reset() has not been called")
+        return self._state
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [spec.schema() for spec in self._specs.values()]
+
+    def reset(self, query: QuerySpec) -> Observation:
+        self._start(HarnessState(query_id=query.query_id, question=query.text))
+        working_memory = self._render()
+        self.state.tokens_used = self.state.wm_tokens = estimate_tokens(working_memory)
+        return Observation(
+            turn=0, text=working_memory, tool_results=[], working_memory=working_memory
+        )
+
+    @classmethod
+    def restore(
+        cls,
+        retriever: Retriever,
+        state: HarnessState,
+        config: HarnessConfig | None = None,
+        ablation: Ablation | None = None,
+        verifier: Verifier | None = None,
+    ) -> SearchHarness:
+        """Resume an episode from a snapshot (e.g. `HarnessState.from_json`)."""
+        env = cls(retriever, config=config, ablation=ablation, verifier=verifier)
+        env._start(state)
+        assert env._runner is not None
+        env._runner.rebuild_indexes()
+        return env
+
+    def _start(self, state: HarnessState) -> None:
+        self._state = state
+        self._runner = ToolRunner(
+            state=state,
+            retriever=self.retriever,
+            config=self.config,
+            ablation=self.ablation,
+            verifier=self.verifier,
+            dedup=DedupIndex(self.config.dedup_threshold),
+        )
+
+    def step(self, tool_calls: list[ToolCall]) -> Observation:
+        state = self.state
+        calls = list(tool_calls)  # read once: a policy may hand over any iterable
+        if state.done:
+            return self._after_end(calls)
+        state.turn += 1
+        runner = self._runner
+        assert runner is not None
+        runner.begin_turn()
+        results = self._run_calls(calls, runner)
+        failed = sum(1 for r in results if not r.ok)
+        state.format_errors += failed
+        state.error_streak = state.error_streak + 1 if failed == len(results) else 0
+        self._check_limits()
+        action_tokens = sum(_action_tokens(call) for call in calls)
+        observation = self._observe(results, action_tokens)
+        observation.info.update(
+            new_shown=list(runner.new_shown),
+            curation_events=[_event_json(e) for e in state.curation_log[runner.events_from :]],
+            format_errors=failed,
+        )
+        return observation
+
+    def _run_calls(self, calls: list[ToolCall], runner: ToolRunner) -> list[ToolResult]:
+        if not calls:
+            return [_failure("", "", "no tool call in this turn; call a tool, or end_search")]
+        results = []
+        for index, call in enumerate(calls):
+            if self.state.done:
+                results.append(_skipped(call))
+            elif index >= self.config.max_calls_per_turn:
+                limit = self.config.max_calls_per_turn
+                results.append(
+                    _failure(
+                        call.call_id,
+                        str(call.name),
+                        f"not run: at most {limit} tool calls per turn",
+                    )
+                )
+            else:
+                results.append(self._run_one(call, runner))
+        return results
+
+    def _run_one(self, call: ToolCall, runner: ToolRunner) -> ToolResult:
+        name = str(call.name)
+        spec = self._specs.get(name)
+        if spec is None:
+            available = ", ".join(self._specs)
+            return _failure(
+                call.call_id, name, f"unknown tool {name!r}; available tools: {available}"
+            )
+        try:
+            arguments = parse_arguments(spec, call.arguments)
+            content = runner.run(name, arguments)
+        except (ArgumentError, ToolFailure, PatternError) as exc:
+            return _failure(call.call_id, name, str(exc))
+        counts = self.state.tool_counts
+        counts[name] = counts.get(name, 0) + 1
+        return ToolResult(call_id=call.call_id, name=name, content=content)
+
+    def _check_limits(self) -> None:
+        state = self.state
+        if state.done:
+            return
+        if state.error_streak >= self.config.max_format_error_turns:
+            self._end("format_errors")
+        elif state.turn >= self.config.max_turns:
+            self._end("max_turns")
+
+    def _end(self, reason: str) -> None:
+        self.state.done = True
+        self.state.termination_reason = reason
+
+    def _observe(self, results: list[ToolResult], action_tokens: int) -> Observation:
+        state = self.state
+        results_text = _results_text(results)
+        # Count this turn's action and results before rendering, so the budget line in the
+        # WM already includes them; the WM itself is added once it exists.
+        state.tokens_used += action_tokens + estimate_tokens(results_text)
+        if not self.config.wm_in_history:
+            state.tokens_used -= state.wm_tokens  # the previous WM leaves the prompt
+        working_memory = self._render()
+        over = state.tokens_used + estimate_tokens(working_memory) > self.config.context_token_limit
+        if over and not state.done:
+            # Rare (once per episode at most): re-render so the WM says why it ended.
+            self._end("context_budget")
+            working_memory = self._render()
+        state.wm_tokens = estimate_tokens(working_memory)
+        state.tokens_used += state.wm_tokens
+        return Observation(
+            turn=state.turn,
+            text=_compose(results_text, working_memory),
+            tool_results=results,
+            working_memory=working_memory,
+            done=state.done,
+            termination_reason=state.termination_reason,
+            info={"tokens_used": state.tokens_used},
+        )
+
+    def _after_end(self, tool_calls: list[ToolCall]) -> Observation:
+        """A step after the end changes nothing; it answers every call so transcripts stay valid."""
+        message = f"the episode has ended ({self.state.termination_reason}); nothing was run"
+        results = [
+            ToolResult(c.call_id, str(c.name), f"ERROR: {message}", ok=False, error=message)
+            for c in tool_calls
+        ]
+        working_memory = self._render()
+        return Observation(
+            turn=self.state.turn,
+            text=_compose(_results_text(results), working_memory),
+            tool_results=results,
+            working_memory=working_memory,
+            done=True,
+            termination_reason=self.state.termination_reason,
+        )
+
+    def _render(self) -> str:
+        return render_working_memory(self.state, self.config, self.ablation)
+
+
+def _failure(call_id: str, name: str, message: str) -> ToolResult:
+    return ToolResult(
+        call_id=call_id, name=name, content=f"ERROR: {message}", ok=False, error=message
+    )
+
+
+def _skipped(call: ToolCall) -> ToolResult:
+    # Not a format error: the model ended the search earlier in the same turn.
+    return ToolResult(
+        call.call_id, str(call.name), "not run: end_search was called earlier in this turn"
+    )
+
+
+def _compose(results_text: str, working_memory: str) -> str:
+    return f"{results_text}\n\n{working_memory}" if results_text else working_memory
+
+
+def _results_text(results: list[ToolResult]) -> str:
+    return "\n\n".join(f"[{r.name or 'no tool'}] {r.content}" for r in results)
+
+
+def _action_tokens(call: ToolCall) -> int:
+    arguments = call.arguments
+    if not isinstance(arguments, str):
+        try:
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        except (TypeError, ValueError):
+            arguments = str(arguments)
+    return estimate_tokens(str(call.name)) + estimate_tokens(arguments)
+
+
+def _event_json(event: CurationEvent) -> dict[str, Any]:
+    return {
+        "turn": event.turn,
+        "kind": event.kind,
+        "doc_id": event.doc_id,
+        "importance": event.importance,
+        "detail": event.detail,
+    }
