@@ -1,0 +1,317 @@
+"""A BM25 index persisted on disk and memory-mapped: the harness's default Retriever.
+
+Layout of an index directory (all arrays are .npy, opened with mmap_mode="r"):
+
+    manifest.json          format version, k1, b, counts, avgdl, corpus content hash
+    ids.*                  document ids (StringTable: blob, offsets, sorted hashes)
+    docs.bin, docs.offsets.npy   titles and texts
+    terms.*                the vocabulary (StringTable); a term's position is its row
+    postings.indptr.npy    int64, one row per term (CSR, term-major)
+    postings.docs.npy      int32 document positions, ascending within a row
+    postings.weights.npy   float32 BM25 weight of each (term, doc), idf included
+
+A query adds the rows of its terms into a dense float32 buffer (one per thread, reused and
+re-zeroed only where it was touched) and selects the top k with argpartition. When the rows
+are short compared with the corpus, only the touched documents are considered, so a query
+costs time in proportion to its postings, not to the corpus size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from harness_app.harness.retrieval.builder import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    POSTINGS_DOCS,
+    POSTINGS_INDPTR,
+    POSTINGS_WEIGHTS,
+    IndexBuilder,
+)
+from harness_app.harness.retrieval.store import DocumentStore, StringTable, load_array
+from harness_app.harness.text import ANALYZER_VERSION, analyze
+from harness_app.harness.types import Document, SearchHit
+
+IntArray = npt.NDArray[np.int64]
+ScoreArray = npt.NDArray[np.float32]
+# (first posting, end of postings, how often the term occurs in the query)
+Row = tuple[int, int, int]
+
+# Below this share of the corpus in postings, rank only the touched documents.
+_SPARSE_SHARE = 0.25
+# Query terms repeat across queries; remembering where their rows are skips the hashing.
+_ROW_CACHE_LIMIT = 100_000
+
+
+class BM25IndexError(Exception):
+    """An index directory can't be used."""
+
+
+class CorruptIndexError(BM25IndexError):
+    """Missing, half-written or inconsistent files."""
+
+
+class StaleIndexError(BM25IndexError):
+    """A sound index, but for other content, another format or another analyzer."""
+
+
+class BM25Index:
+    """Retriever over one corpus. Build with `build`, reopen with `load`."""
+
+    def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
+        self.directory = directory
+        self.manifest = manifest
+        self._store = DocumentStore(directory)
+        self._terms = StringTable(directory, "terms")
+        self._indptr = load_array(directory / POSTINGS_INDPTR)
+        self._docs = load_array(directory / POSTINGS_DOCS)
+        self._weights = load_array(directory / POSTINGS_WEIGHTS)
+        self._local = threading.local()
+        self._rows: dict[str, tuple[int, int]] = {}  # term -> postings slice; (0, 0) if absent
+        self._check_shapes()
+
+    # --- construction ---------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        documents: Iterable[Document],
+        directory: Path | str,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+    ) -> BM25Index:
+        """Index `documents` into `directory` (replacing what is there) and open it.
+
+        The files are written to a sibling temporary directory that is renamed into place
+        only when complete, so a crash or a concurrent reader never sees half an index.
+        """
+        target = Path(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
+        try:
+            builder = IndexBuilder(staging, k1=k1, b=b)
+            for doc in documents:
+                builder.add(doc)
+            builder.finish()
+            _move_into_place(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return cls.load(target)
+
+    @classmethod
+    def load(cls, directory: Path | str, *, expected_content_hash: str = "") -> BM25Index:
+        """Open an index; StaleIndexError or CorruptIndexError when it can't be trusted."""
+        path = Path(directory)
+        manifest = _read_manifest(path)
+        if expected_content_hash and manifest["content_hash"] != expected_content_hash:
+            raise StaleIndexError(f"{path} indexes other content (corpus hash differs)")
+        try:
+            return cls(path, manifest)
+        except (OSError, ValueError) as exc:
+            raise CorruptIndexError(f"{path}: {exc}") from exc
+
+    def _check_shapes(self) -> None:
+        m = self.manifest
+        problems = [
+            len(self._store) != m["documents"] and "document count",
+            len(self._terms) != m["terms"] and "term count",
+            len(self._indptr) != m["terms"] + 1 and "postings.indptr length",
+            (len(self._indptr) and int(self._indptr[-1]) != m["postings"]) and "postings total",
+            len(self._docs) != m["postings"] and "postings.docs length",
+            len(self._weights) != m["postings"] and "postings.weights length",
+        ]
+        found = [p for p in problems if p]
+        if found:
+            raise ValueError(f"manifest does not match the files ({', '.join(found)})")
+
+    # --- properties -----------------------------------------------------------------
+
+    @property
+    def content_hash(self) -> str:
+        return str(self.manifest["content_hash"])
+
+    @property
+    def k1(self) -> float:
+        return float(self.manifest["k1"])
+
+    @property
+    def b(self) -> float:
+        return float(self.manifest["b"])
+
+    # --- Retriever protocol -----------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return isinstance(doc_id, str) and self._store.ids.lookup(doc_id) >= 0
+
+    def document(self, doc_id: str) -> Document:
+        position = self._store.ids.lookup(doc_id)
+        if position < 0:
+            raise KeyError(doc_id)
+        return self._store.get(position)
+
+    def iter_documents(self) -> Iterator[Document]:
+        return iter(self._store)
+
+    def search(
+        self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
+    ) -> list[SearchHit]:
+        """Top-k documents by BM25; ties go to the earlier document in corpus order."""
+        if k <= 0 or not len(self):
+            return []
+        rows = self._query_rows(query)
+        if not rows:
+            return []
+        excluded = self._store.ids.lookup_many(list(exclude)) if exclude else None
+        if excluded is not None:
+            excluded = excluded[excluded >= 0]
+        positions, scores = self._score(rows, excluded)
+        top = _top_k(positions, scores, k)
+        hits = zip(positions[top].tolist(), scores[top].tolist(), strict=True)
+        return [
+            SearchHit(doc_id=self._store.ids[p], score=float(s), rank=rank)
+            for rank, (p, s) in enumerate(hits, 1)
+        ]
+
+    # --- scoring ----------------------------------------------------------------------
+
+    def _query_rows(self, query: str) -> list[Row]:
+        counts = Counter(analyze(query))
+        found = {term: self._rows.get(term) for term in counts}
+        unknown = [term for term, bounds in found.items() if bounds is None]
+        if unknown:
+            found.update(self._look_up_rows(unknown))
+        rows = []
+        for term, count in counts.items():
+            start, end = found[term] or (0, 0)
+            if end > start:
+                rows.append((start, end, count))
+        return rows
+
+    def _look_up_rows(self, terms: list[str]) -> dict[str, tuple[int, int]]:
+        """Postings slices of `terms` ((0, 0) when absent), remembered for later queries."""
+        found = {}
+        for term, row in zip(terms, self._terms.lookup_many(terms).tolist(), strict=True):
+            start, end = self._indptr[row : row + 2].tolist() if row >= 0 else (0, 0)
+            found[term] = (start, end)
+        if len(self._rows) > _ROW_CACHE_LIMIT:
+            self._rows.clear()  # other threads only ever .get() from it, so this is safe
+        self._rows.update(found)
+        return found
+
+    def _buffers(self) -> tuple[ScoreArray, IntArray]:
+        """Per-thread scratch: scores (kept all-zero between queries) and dedup slots."""
+        local = self._local
+        if getattr(local, "scores", None) is None:
+            local.scores = np.zeros(len(self), dtype=np.float32)
+            local.slots = np.empty(len(self), dtype=np.int64)
+        return local.scores, local.slots
+
+    def _score(self, rows: list[Row], excluded: IntArray | None) -> tuple[IntArray, ScoreArray]:
+        """Positions of the matching documents (excluded ones dropped) and their scores."""
+        acc, slots = self._buffers()
+        sparse = sum(end - start for start, end, _ in rows) < _SPARSE_SHARE * len(self)
+        touched: IntArray | None = None
+        try:
+            for start, end, count in rows:
+                weights = self._weights[start:end]
+                # ufunc.at has a fast path since NumPy 1.25: about twice as fast as
+                # acc[docs] += weights (a gather, an add and a scatter).
+                np.add.at(acc, self._docs[start:end], weights if count == 1 else weights * count)
+            if excluded is not None:
+                acc[excluded] = -np.inf
+            if sparse:
+                touched = _unique_postings(self._docs, rows, slots)
+                scores = acc[touched]
+                keep = scores > 0
+                return touched[keep], scores[keep]
+            positions = np.flatnonzero(acc > 0)
+            return positions, acc[positions]
+        finally:
+            if touched is None:
+                acc.fill(0)
+            else:
+                acc[touched] = 0
+                if excluded is not None:
+                    acc[excluded] = 0
+
+
+def _unique_postings(docs: Any, rows: list[Row], slots: IntArray) -> IntArray:
+    """The distinct documents in the rows, without sorting.
+
+    Each document's slot receives the index of one of its occurrences (whichever write
+    lands), so exactly one occurrence per document finds its own index there.
+    """
+    if len(rows) == 1:
+        start, end, _ = rows[0]
+        return np.asarray(docs[start:end], dtype=np.int64)
+    touched = np.concatenate([docs[start:end] for start, end, _ in rows]).astype(np.int64)
+    order = np.arange(len(touched))
+    slots[touched] = order
+    unique: IntArray = touched[slots[touched] == order]
+    return unique
+
+
+def _top_k(positions: IntArray, scores: ScoreArray, k: int) -> IntArray:
+    """Indices of the k best (score desc, position asc), deterministic under ties."""
+    if len(scores) > k:
+        part = np.argpartition(scores, len(scores) - k)[len(scores) - k :]
+        threshold = scores[part].min()
+        candidates = np.flatnonzero(scores >= threshold)
+    else:
+        candidates = np.arange(len(scores))
+    order = np.lexsort((positions[candidates], -scores[candidates]))
+    top: IntArray = candidates[order[:k]]
+    return top
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise CorruptIndexError(f"{path} has no {MANIFEST} (missing or unfinished build)") from None
+    except (OSError, ValueError) as exc:
+        raise CorruptIndexError(f"{path}/{MANIFEST} is unreadable: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CorruptIndexError(f"{path}/{MANIFEST} is not a {FORMAT} manifest")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise StaleIndexError(
+            f"{path} has format version {manifest.get('version')}, this code reads {FORMAT_VERSION}"
+        )
+    if manifest.get("analyzer") != ANALYZER_VERSION:
+        raise StaleIndexError(
+            f"{path} was analysed with {manifest.get('analyzer')!r}, not {ANALYZER_VERSION!r}"
+        )
+    return manifest
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """Rename the finished build over `target`; an old index is moved aside, then deleted.
+
+    Processes that still have the old files mapped keep reading them: unlinking does not
+    invalidate a mapping on POSIX.
+    """
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(target, old)
+    os.rename(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
