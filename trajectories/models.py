@@ -83,6 +83,8 @@ class RolloutGroup(models.Model):
 
     batch = models.ForeignKey(RolloutBatch, on_delete=models.CASCADE, related_name="groups")
     query = models.ForeignKey("harness_app.Query", on_delete=models.PROTECT)
+    # Chat messages the episodes start from (one line of a train.jsonl); empty = fresh start.
+    prefix_messages = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [

@@ -33,7 +33,12 @@ def policy_version(config: PolicyConfig) -> str:
     return "baseline" if config.kind == PolicyKind.BASELINE else f"{config.name}@{config.model}"
 
 
-def policy_build(config: PolicyConfig, batch: RolloutBatch, tools: list[dict[str, Any]]) -> Policy:
+def policy_build(
+    config: PolicyConfig,
+    batch: RolloutBatch,
+    tools: list[dict[str, Any]],
+    prefix_messages: list[dict[str, Any]] | None = None,
+) -> Policy:
     if config.kind == PolicyKind.BASELINE:
         from harness_app.harness.policies.baseline import BaselinePolicy
 
@@ -51,7 +56,7 @@ def policy_build(config: PolicyConfig, batch: RolloutBatch, tools: list[dict[str
         sampling=Sampling.from_json(config.sampling),
         retries=settings.VLLM_RETRIES,
     )
-    return ChatPolicy(client, tools, chat_config)
+    return ChatPolicy(client, tools, chat_config, prefix_messages=prefix_messages)
 
 
 def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, Any]], int]:
@@ -67,7 +72,7 @@ def episode_run(*, episode_id: int) -> str:
     if claim is None:
         return "skipped: finished or running elsewhere"
     episode = Episode.objects.select_related(
-        "batch__policy", "batch__benchmark__corpus", "query"
+        "batch__policy", "batch__benchmark__corpus", "query", "group"
     ).get(pk=episode_id)
     batch = episode.batch
     started = time.perf_counter()
@@ -77,7 +82,7 @@ def episode_run(*, episode_id: int) -> str:
         config=HarnessConfig(max_turns=batch.max_turns),
         ablation=Ablation.from_json(batch.ablation),
     )
-    policy = policy_build(batch.policy, batch, env.tool_schemas())
+    policy = policy_build(batch.policy, batch, env.tool_schemas(), episode.group.prefix_messages)
     setup_s = time.perf_counter() - started
     run = iter_episode(
         env,

@@ -30,11 +30,15 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
     """Progress and the mean of each metric over the batch's completed episodes."""
     batch.refresh_from_db()
     completed = Episode.objects.filter(batch=batch, status=EpisodeStatus.COMPLETED)
-    means = completed.aggregate(
+    # Aliases must not shadow the model's field names, or StdDev("reward") would see the
+    # Avg aggregate instead of the column.
+    raw = completed.aggregate(
         n=Count("pk"),
-        **{name: Avg(name) for name in AGGREGATE_FIELDS},
-        reward_std=StdDev("reward"),
+        **{f"mean_{name}": Avg(name) for name in AGGREGATE_FIELDS},
+        std_reward=StdDev("reward"),
     )
+    means = {key.removeprefix("mean_"): value for key, value in raw.items()}
+    means["reward_std"] = means.pop("std_reward")
     reasons = dict(
         Episode.objects.filter(batch=batch)
         .exclude(termination_reason="")

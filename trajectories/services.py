@@ -87,8 +87,13 @@ def batch_create(
     ablate: Sequence[str] = (),
     query_limit: int | None = None,
     reward_weights: dict[str, Any] | None = None,
+    prefixes: dict[str, list[dict[str, Any]]] | None = None,
 ) -> RolloutBatch:
-    """Create a batch with one group per query and one episode per sample; enqueue on commit."""
+    """Create a batch with one group per query and one episode per sample; enqueue on commit.
+
+    With `prefixes` (query external id → starting messages), the batch runs exactly those
+    queries, each episode starting from its conversation.
+    """
     _check_range("samples_per_query", samples_per_query, 1, MAX_SAMPLES_PER_QUERY)
     _check_range("max_turns", max_turns, 1, MAX_TURNS_LIMIT)
     if termination_policy not in TerminationPolicy.values:
@@ -102,7 +107,7 @@ def batch_create(
         weights = RewardWeights.from_json(reward_weights or {})
     except (ValueError, TypeError) as exc:
         raise BatchParameterError(str(exc)) from exc
-    queries = list(benchmark.queries.order_by("pk").values_list("pk", flat=True)[:query_limit])
+    queries = _batch_queries(benchmark, policy, prefixes)[:query_limit]
     if not queries:
         raise BatchParameterError(f"benchmark {benchmark.name!r} has no queries to run")
     batch = RolloutBatch.objects.create(
@@ -119,7 +124,8 @@ def batch_create(
         episodes_total=len(queries) * samples_per_query,
     )
     groups = RolloutGroup.objects.bulk_create(
-        RolloutGroup(batch=batch, query_id=qid) for qid in queries
+        RolloutGroup(batch=batch, query_id=pk, prefix_messages=(prefixes or {}).get(ext, []))
+        for pk, ext in queries
     )
     Episode.objects.bulk_create(
         Episode(group=g, batch=batch, query_id=g.query_id, sample_index=s)
@@ -128,6 +134,24 @@ def batch_create(
     )
     transaction.on_commit(lambda: batch_enqueue(batch_id=batch.pk))
     return batch
+
+
+def _batch_queries(
+    benchmark: Benchmark, policy: PolicyConfig, prefixes: dict[str, Any] | None
+) -> list[tuple[int, str]]:
+    rows = benchmark.queries.order_by("pk").values_list("pk", "external_id")
+    if prefixes is None:
+        return list(rows)
+    if policy.kind == PolicyKind.BASELINE:
+        raise BatchParameterError("message prefixes need an OpenAI-compatible policy")
+    found = list(rows.filter(external_id__in=list(prefixes)))
+    missing = sorted(set(prefixes) - {ext for _, ext in found})
+    if missing:
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise BatchParameterError(
+            f"{len(missing)} prefix query ids are not in benchmark {benchmark.name!r}: {shown}"
+        )
+    return found
 
 
 def batch_enqueue(*, batch_id: int) -> int:

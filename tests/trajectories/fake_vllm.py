@@ -20,6 +20,7 @@ class FakeVllm:
         self.actions = actions
         self.hold_call = hold_call
         self.calls = 0
+        self.tokenize_requests: list[dict[str, Any]] = []
         self.held = threading.Event()
         self.release = threading.Event()
         self._lock = threading.Lock()
@@ -53,9 +54,21 @@ class FakeVllm:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def _reply(self, payload: dict[str, Any]) -> None:
+                body = json.dumps(payload)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
-                json.loads(self.rfile.read(length))
+                request = json.loads(self.rfile.read(length))
+                if self.path.endswith("/tokenize"):
+                    fake.tokenize_requests.append(request)
+                    self._reply({"tokens": render(request)})
+                    return
                 n, action = fake._next_action()
                 if fake.hold_call is not None and n == fake.hold_call:
                     fake.held.set()
@@ -70,3 +83,12 @@ class FakeVllm:
                 self.wfile.write(body.encode())
 
         return Handler
+
+
+def render(request: dict[str, Any]) -> list[int]:
+    """A stand-in chat template: role marker, a few content tokens, end-of-turn, newline."""
+    ids: list[int] = []
+    for message in request["messages"]:
+        content = message.get("content") or ""
+        ids += [1000 + len(message["role"])] + [ord(c) for c in content[:40]] + [2, 10]
+    return ids + ([1001] if request.get("add_generation_prompt", True) else [])

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import BatchStatus, RolloutBatch
+from trajectories.prefixes import PrefixFileError, prefixes_read
 from trajectories.selectors import batch_summary
 from trajectories.services import BatchParameterError, batch_create
 
@@ -31,6 +33,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--termination", default="max_turns", choices=["max_turns", "last_tool"]
         )
+        parser.add_argument(
+            "--prefix-file",
+            type=Path,
+            default=None,
+            help='train.jsonl: one {"query_id", "messages"} per line to start episodes from',
+        )
         parser.add_argument("--wait", action="store_true", help="wait for the batch to finish")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -44,6 +52,7 @@ class Command(BaseCommand):
             names = ", ".join(PolicyConfig.objects.values_list("name", flat=True)) or "none"
             raise CommandError(f"no policy config named {opts['policy']!r} (known: {names})")
         try:
+            prefixes = prefixes_read(opts["prefix_file"]) if opts["prefix_file"] else None
             batch = batch_create(
                 benchmark=benchmark,
                 policy=policy,
@@ -52,8 +61,9 @@ class Command(BaseCommand):
                 ablate=opts["ablate"],
                 max_turns=opts["max_turns"],
                 termination_policy=opts["termination"],
+                prefixes=prefixes,
             )
-        except BatchParameterError as exc:
+        except (BatchParameterError, PrefixFileError) as exc:
             raise CommandError(str(exc)) from exc
         self.stderr.write(f"batch {batch.pk}: {batch.episodes_total} episodes queued")
         if opts["wait"]:
