@@ -144,7 +144,10 @@ class Turn(models.Model):
     index = models.PositiveIntegerField()
     tool_calls = models.JSONField(default=list)
     observation = models.TextField(help_text="exactly as the model saw it")
-    state = models.JSONField(help_text="harness state snapshot after this turn")
+    # Every SNAPSHOT_EVERY turns a full state snapshot; in between, the delta from the
+    # previous turn (harness/jsondelta.py), so storage grows linearly with turns.
+    state = models.JSONField(help_text="harness state after this turn, full or as a delta")
+    state_is_delta = models.BooleanField(default=False)
     curated_recall = models.FloatField(default=0.0)
     trajectory_recall = models.FloatField(default=0.0)
     final_answer_recall = models.FloatField(default=0.0)

@@ -93,9 +93,12 @@ def episode_run(*, episode_id: int) -> str:
     )
     sent = 0
     cancelled = False
+    previous: dict[str, Any] | None = None
     for record in run:
         calls, sent = _drain(policy, sent)
-        services.turn_record(claim=claim, turn=record.to_json(), calls=calls)
+        turn = record.to_json()
+        services.turn_record(claim=claim, turn=turn, calls=calls, previous_state=previous)
+        previous = turn["state"]
         if services.episode_is_cancelled(claim=claim):
             cancelled = True
             break

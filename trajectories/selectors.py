@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db.models import Avg, Count, Q, StdDev
 
+from harness_app.harness import jsondelta
 from harness_app.harness.llm.reconstruct import (
     CallTokens,
     ChainBreak,
@@ -13,7 +14,7 @@ from harness_app.harness.llm.reconstruct import (
     reconstruct_per_request,
     reconstruct_prefix_merged,
 )
-from trajectories.models import Episode, EpisodeStatus, ModelCall, RolloutBatch
+from trajectories.models import Episode, EpisodeStatus, ModelCall, RolloutBatch, Turn
 
 AGGREGATE_FIELDS = (
     "curated_recall",
@@ -87,3 +88,31 @@ def episode_segments(
     if mode != "prefix":
         raise ValueError(f"unknown reconstruction mode {mode!r}; use prefix or request")
     return reconstruct_prefix_merged(calls)
+
+
+def turn_states(*, episode: Episode, upto: int | None = None) -> list[dict[str, Any]]:
+    """The full harness state after each turn (0..upto), rebuilt from snapshots and deltas."""
+    rows = Turn.objects.filter(episode=episode).order_by("index")
+    if upto is not None:
+        rows = rows.filter(index__lte=upto)
+    states: list[dict[str, Any]] = []
+    for state, is_delta in rows.values_list("state", "state_is_delta"):
+        states.append(jsondelta.apply(states[-1], state) if is_delta else state)
+    return states
+
+
+def turn_state(*, episode: Episode, index: int) -> dict[str, Any]:
+    """The state after one turn, reading only from its last full snapshot onwards."""
+    start = (
+        Turn.objects.filter(episode=episode, index__lte=index, state_is_delta=False)
+        .order_by("-index")
+        .values_list("index", flat=True)
+        .first()
+    )
+    if start is None:
+        raise Turn.DoesNotExist(f"episode {episode.pk} has no turn {index}")
+    rows = Turn.objects.filter(episode=episode, index__gte=start, index__lte=index)
+    state: dict[str, Any] = {}
+    for delta, is_delta in rows.order_by("index").values_list("state", "state_is_delta"):
+        state = jsondelta.apply(state, delta) if is_delta else delta
+    return state

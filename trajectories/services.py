@@ -15,10 +15,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from harness_app.harness import jsondelta
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.reward import RewardWeights
 from harness_app.models import Benchmark, Document, PolicyConfig, PolicyKind
@@ -222,16 +223,33 @@ def episode_claim(*, episode_id: int) -> Claim | None:
     return Claim(episode=episode, attempt=episode.attempts)
 
 
-def turn_record(*, claim: Claim, turn: dict[str, Any], calls: list[tuple[int, Any]]) -> None:
-    """Persist one turn and the model calls made for it, and beat the heartbeat."""
+SNAPSHOT_EVERY = 10
+
+
+def turn_record(
+    *,
+    claim: Claim,
+    turn: dict[str, Any],
+    calls: list[tuple[int, Any]],
+    previous_state: dict[str, Any] | None = None,
+) -> None:
+    """Persist one turn and the model calls made for it, and beat the heartbeat.
+
+    With `previous_state` (the last turn's snapshot), the state is stored as a delta except
+    on every SNAPSHOT_EVERY-th turn, which bounds how many deltas a reader applies.
+    """
     recall = turn["recall"]
+    as_delta = previous_state is not None and turn["turn"] % SNAPSHOT_EVERY != 0
+    state = jsondelta.diff(previous_state, turn["state"]) if as_delta else turn["state"]
     with transaction.atomic():
+        _relax_durability()
         Turn.objects.create(
             episode=claim.episode,
             index=turn["turn"],
             tool_calls=turn["tool_calls"],
             observation=turn["observation_text"],
-            state=turn["state"],
+            state=state,
+            state_is_delta=as_delta,
             curated_recall=recall["curated"],
             trajectory_recall=recall["trajectory"],
             final_answer_recall=recall["final_answer"],
@@ -241,6 +259,18 @@ def turn_record(*, claim: Claim, turn: dict[str, Any], calls: list[tuple[int, An
         )
         model_calls_record(claim=claim, calls=calls)
         Episode.objects.filter(pk=claim.episode.pk).update(heartbeat_at=timezone.now())
+
+
+def _relax_durability() -> None:
+    """Skip the WAL flush wait for per-turn rows on PostgreSQL.
+
+    A turn row lost to a database crash costs nothing: the episode's heartbeat goes stale
+    and the episode re-runs from turn 0 anyway. The commit that finishes an episode keeps
+    full durability.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 def model_calls_record(*, claim: Claim, calls: list[tuple[int, Any]]) -> None:

@@ -17,6 +17,7 @@ from trajectories.models import (
     Turn,
 )
 from trajectories.rollout import episode_run
+from trajectories.selectors import turn_state, turn_states
 from trajectories.services import BatchParameterError, batch_cancel, batch_create, episode_claim
 
 pytestmark = pytest.mark.django_db
@@ -73,7 +74,12 @@ def test_baseline_episode_persists_turns_metrics_and_final_state(
     assert "WORKINGMEMORY" in turns[-1].observation.upper()
     assert episode.curated_recall == episode.metrics["curated_recall"]
     assert episode.reward is not None and "total" in episode.reward_components
-    assert CuratedItem.objects.filter(episode=episode).count() == len(turns[-1].state["curated"])
+    states = turn_states(episode=episode)
+    assert len(states) == len(turns)
+    assert any(t.state_is_delta for t in turns) or len(turns) == 1
+    assert CuratedItem.objects.filter(episode=episode).count() == len(states[-1]["curated"])
+    assert turn_state(episode=episode, index=len(turns) - 1) == states[-1]
+    assert states[-1]["turn"] == len(turns) - 1
     assert EvidenceNode.objects.filter(episode=episode, kind="document").exists()
     batch.refresh_from_db()
     assert (batch.episodes_completed, batch.status) == (1, BatchStatus.COMPLETED)
