@@ -8,20 +8,23 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser, Group, User
 from django.core.files.uploadedfile import UploadedFile
-from django.db import connection, transaction
+from django.db import connection, models, transaction
+from django.db.models import ProtectedError, RestrictedError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import importers, selectors, tasks
 from harness_app.harness.beir import QRELS_HEADER, BeirFormatError
+from harness_app.harness.retrieval.store import ContentHasher
 from harness_app.importers import ImportRejected, Progress
 from harness_app.models import (
     Benchmark,
@@ -32,10 +35,13 @@ from harness_app.models import (
     ImportStatus,
     IndexStatus,
     Qrel,
+    Query,
 )
 from harness_app.roles import Role
 
 logger = logging.getLogger(__name__)
+
+BATCH_SIZE = 5_000  # rows per COPY or bulk_create
 
 
 @transaction.atomic
@@ -172,8 +178,8 @@ def _benchmark_store(
         content_hash=scan.benchmark_hash,
         created_by=created_by,
     )
-    importers.queries_write(reader, benchmark_id=benchmark.pk)
-    importers.qrels_write(reader, benchmark_id=benchmark.pk, corpus_id=corpus.pk)
+    _queries_write(reader, benchmark_id=benchmark.pk)
+    _qrels_write(reader, benchmark_id=benchmark.pk, corpus_id=corpus.pk)
     if corpus.index_status != IndexStatus.READY:
         corpus_index_queue(corpus=corpus)
     status = "replaced" if existing is not None else "created"
@@ -210,7 +216,7 @@ def _corpus_create(
         content_hash=scan.corpus_hash,
         doc_count=scan.documents,
     )
-    written_hash = importers.documents_write(
+    written_hash = _documents_write(
         reader, corpus_id=corpus.pk, total=scan.documents, progress=progress
     )
     if written_hash != scan.corpus_hash:
@@ -221,17 +227,42 @@ def _corpus_create(
 def _benchmark_delete(benchmark: Benchmark) -> None:
     # Qrels first, in one statement, so the queries' cascade has nothing left to collect.
     Qrel.objects.filter(query__benchmark=benchmark).delete()
-    benchmark.delete()
+    try:
+        benchmark.delete()
+    except (ProtectedError, RestrictedError) as exc:
+        users = sorted({type(obj)._meta.label for obj in exc.args[1]})
+        raise ImportRejected(
+            f"benchmark {benchmark.name!r} can't be replaced: {', '.join(users)} rows refer "
+            "to it. Import the new version under another name."
+        ) from None
 
 
 def _corpus_delete_if_unused(corpus: Corpus) -> None:
     if corpus.benchmarks.exists():
         return
     Qrel.objects.filter(document__corpus=corpus).delete()
+    citing = _models_citing_documents(corpus)
+    if citing:
+        raise ImportRejected(
+            f"corpus {corpus.name!r} can't be replaced: {', '.join(citing)} rows refer to "
+            "its documents. Import the new version under another name."
+        )
     # A raw DELETE: the ORM's cascade would load every document (text included) first.
-    # Anything else still pointing at these documents fails the transaction loudly.
     Document.objects.filter(corpus=corpus)._raw_delete(connection.alias)
     corpus.delete()
+
+
+def _models_citing_documents(corpus: Corpus) -> list[str]:
+    """Names of the other models (e.g. curated items) with rows citing this corpus."""
+    names = []
+    for relation in Document._meta.related_objects:
+        model = relation.related_model
+        if isinstance(model, str):
+            continue
+        lookup = {f"{relation.field.name}__corpus": corpus}
+        if model._default_manager.filter(**lookup).exists():
+            names.append(model._meta.label)
+    return names
 
 
 def corpus_index_queue(*, corpus: Corpus) -> None:
@@ -251,6 +282,136 @@ def _index_enqueue(corpus_id: int) -> None:
         Corpus.objects.filter(pk=corpus_id).update(
             index_status=IndexStatus.MISSING, index_error=f"build not queued: {exc}"
         )
+
+
+# --- the write pass: rows into the database, in batches ------------------------------------
+
+
+class _RowWriter:
+    """Buffers rows for one table and writes each full batch.
+
+    PostgreSQL gets COPY through the raw psycopg connection (several times faster than
+    INSERT); other databases get bulk_create. Both run inside the caller's transaction.
+    """
+
+    def __init__(
+        self, model: type[models.Model], fields: Sequence[str], *, batch_size: int = BATCH_SIZE
+    ):
+        self.model = model
+        self.fields = tuple(fields)
+        self.batch_size = batch_size
+        self.rows: list[tuple[Any, ...]] = []
+        self.written = 0
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        if connection.vendor == "postgresql":
+            self._copy()
+        else:
+            objects = [self.model(**dict(zip(self.fields, row, strict=True))) for row in self.rows]
+            self.model._default_manager.bulk_create(objects, batch_size=self.batch_size)
+        self.written += len(self.rows)
+        self.rows = []
+
+    def _copy(self) -> None:
+        meta = self.model._meta
+        quote = connection.ops.quote_name
+        by_attname = {f.attname: f for f in meta.concrete_fields}
+        fields = [by_attname[name] for name in self.fields]
+        columns = ", ".join(quote(f.column) for f in fields)
+        sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN (FORMAT BINARY)"
+        # Binary COPY needs each column's type: "varchar(500)" -> "varchar".
+        types = [str(f.db_type(connection)).split("(")[0] for f in fields]
+        connection.ensure_connection()
+        with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
+            copy.set_types(types)
+            for row in self.rows:
+                copy.write_row(row)
+
+
+def _documents_write(
+    source: importers.Source, *, corpus_id: int, total: int, progress: Progress | None = None
+) -> str:
+    """Stream the documents into `corpus_id`; returns the content hash of what was written.
+
+    Hashing again costs little and proves the file did not change since the check pass.
+    """
+    state = importers.ImportProgress(phase="writing", total_documents=total)
+    writer = _RowWriter(Document, ("corpus_id", "external_id", "title", "text"))
+    hasher = ContentHasher()
+    for doc in source.documents():
+        hasher.add(doc)
+        writer.add((corpus_id, doc.doc_id, doc.title, doc.text))
+        if progress and hasher.documents % importers.PROGRESS_EVERY == 0:
+            state.documents = hasher.documents
+            progress(state)
+    writer.flush()
+    state.documents = writer.written
+    if progress:
+        progress(state)
+    return hasher.hexdigest()
+
+
+def _queries_write(source: importers.Source, *, benchmark_id: int) -> int:
+    # bulk_create on every backend: queries are few next to documents, and the ORM
+    # takes care of the JSON column.
+    batch: list[Query] = []
+    written = 0
+    for record in source.queries():
+        batch.append(
+            Query(
+                benchmark_id=benchmark_id,
+                external_id=record.external_id,
+                text=record.text,
+                answer=record.answer,
+                metadata=record.metadata,
+            )
+        )
+        if len(batch) >= BATCH_SIZE:
+            written += len(Query.objects.bulk_create(batch))
+            batch = []
+    return written + len(Query.objects.bulk_create(batch))
+
+
+def _qrels_write(source: importers.Source, *, benchmark_id: int, corpus_id: int) -> int:
+    writer = _RowWriter(Qrel, ("query_id", "document_id", "grade"))
+    pending: list[importers.QrelRecord] = []
+    for qrel in source.qrels():
+        pending.append(qrel)
+        if len(pending) >= BATCH_SIZE:
+            _qrels_resolve(pending, writer, benchmark_id, corpus_id)
+            pending = []
+    _qrels_resolve(pending, writer, benchmark_id, corpus_id)
+    writer.flush()
+    return writer.written
+
+
+def _qrels_resolve(
+    pending: list[importers.QrelRecord], writer: _RowWriter, benchmark_id: int, corpus_id: int
+) -> None:
+    """Map a batch of judgements' external ids to primary keys, one query per table."""
+    if not pending:
+        return
+    queries = dict(
+        Query.objects.filter(
+            benchmark_id=benchmark_id, external_id__in={q.query_id for q in pending}
+        ).values_list("external_id", "pk")
+    )
+    documents = dict(
+        Document.objects.filter(
+            corpus_id=corpus_id, external_id__in={q.doc_id for q in pending}
+        ).values_list("external_id", "pk")
+    )
+    for qrel in pending:
+        if qrel.doc_id not in documents:  # a 64-bit hash collision fooled the check pass
+            raise importers.qrel_error(qrel, f"unknown document {qrel.doc_id!r}", "corpus-id")
+        writer.add((queries[qrel.query_id], documents[qrel.doc_id], qrel.grade))
 
 
 # --- uploads ----------------------------------------------------------------------------

@@ -94,7 +94,10 @@ def live_worker(tmp_path: Path, transactional_db: None) -> Iterator[LiveWorker]:
     worker = start_worker(tmp_path)
     yield worker
     if worker.process.poll() is None:
-        os.killpg(worker.process.pid, signal.SIGTERM)
+        # SIGTERM to the main process only: it shuts its pool down itself. Signalling the
+        # whole group kills the pool children under it and the warm shutdown then hangs
+        # until the timeout below.
+        worker.process.send_signal(signal.SIGTERM)
         try:
             worker.process.wait(timeout=20)
         except subprocess.TimeoutExpired:

@@ -239,8 +239,10 @@ def turn_record(
     on every SNAPSHOT_EVERY-th turn, which bounds how many deltas a reader applies.
     """
     recall = turn["recall"]
+    state = turn["state"]
     as_delta = previous_state is not None and turn["turn"] % SNAPSHOT_EVERY != 0
-    state = jsondelta.diff(previous_state, turn["state"]) if as_delta else turn["state"]
+    if previous_state is not None and as_delta:
+        state = jsondelta.diff(previous_state, state)
     with transaction.atomic():
         _relax_durability()
         Turn.objects.create(
