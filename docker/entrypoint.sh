@@ -9,8 +9,8 @@ case "${1:-web}" in
     ;;
   worker)
     exec celery -A config worker --loglevel=INFO \
-      --queues="${CELERY_QUEUES:-celery,index,rollouts,rollouts_llm}" \
-      --concurrency="${CELERY_CONCURRENCY:-4}"
+      --queues="${CELERY_QUEUES:-celery,index,rollouts,rollouts_llm,training}" \
+      --pool="${CELERY_POOL:-prefork}" --concurrency="${CELERY_CONCURRENCY:-4}"
     ;;
   *)
     exec "$@"
