@@ -144,16 +144,10 @@ class Query(models.Model):
         return self.external_id
 
 
-class Grade(models.IntegerChoices):
-    NOT_RELEVANT = 0, "Judged not relevant"
-    EVIDENCE = 1, "Supporting evidence"
-    ANSWER = 2, "Answer-bearing"
-
-
 class Qrel(models.Model):
     query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="qrels")
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="qrels")
-    grade = models.PositiveSmallIntegerField()
+    grade = models.PositiveSmallIntegerField()  # 2 answer-bearing, 1 evidence, 0 not relevant
 
     class Meta:
         ordering = ["pk"]
@@ -174,9 +168,6 @@ class ImportStatus(models.TextChoices):
 
 
 class ImportJobQuerySet(models.QuerySet["ImportJob"]):
-    def active(self) -> ImportJobQuerySet:
-        return self.filter(status__in=[ImportStatus.QUEUED, ImportStatus.RUNNING])
-
     def recent(self, limit: int = 10) -> ImportJobQuerySet:
         return self.select_related("benchmark").order_by("-created")[:limit]
 

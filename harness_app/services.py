@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser, Group, User
 from django.core.files.uploadedfile import UploadedFile
-from django.db import connection, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import ProtectedError, RestrictedError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
@@ -122,16 +122,21 @@ def benchmark_import(
     name = _benchmark_name(name)
     reader = importers.source_open(Path(path), fmt=fmt, split=split)
     scan = importers.source_scan(reader, split=split, progress=progress)
-    return _benchmark_store(
-        reader=reader,
-        scan=scan,
-        name=name,
-        split=split,
-        replace=replace,
-        origin=source or reader.fmt,
-        created_by=created_by,
-        progress=progress,
-    )
+    try:
+        return _benchmark_store(
+            reader=reader,
+            scan=scan,
+            name=name,
+            split=split,
+            replace=replace,
+            origin=source or reader.fmt,
+            created_by=created_by,
+            progress=progress,
+        )
+    except IntegrityError as exc:  # the checks passed, so another import raced this one
+        raise ImportRejected(
+            f"another import wrote {name!r} at the same time ({exc}); try again"
+        ) from None
 
 
 def _benchmark_name(name: str) -> str:
