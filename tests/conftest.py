@@ -38,4 +38,6 @@ def scifact_dir(shared_data: Path) -> Path:
     if not (path / "corpus.jsonl").is_file():
         pytest.skip(f"scifact not found under {shared_data}")
     return path
+
+
 pytest_plugins = ["tests.workers"]
