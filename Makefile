@@ -10,28 +10,31 @@ PORT ?= 8000
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	$(PIP) install -qq --upgrade pip
 
 $(VENV)/.installed: $(PY) pyproject.toml $(CONSTRAINTS)
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e .
+	$(PIP) install -qq -c $(CONSTRAINTS) -e .
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	$(PIP) install -qq -c $(CONSTRAINTS) -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 demo: install
-	$(PY) manage.py migrate --no-input
-	$(PY) manage.py setup_demo
+	@echo "Migrating the database..."
+	@$(PY) manage.py migrate --no-input -v0
+	@$(PY) manage.py setup_demo
 
 run: demo
 	PORT=$(PORT) scripts/dev-server
 
+# Tests get their own data directory (SQLite test file, broker folders, indexes), so a
+# `make run` in the same checkout never picks up a test's tasks.
 test: install-dev
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	HARNESS_DATA_DIR="$${HARNESS_DATA_DIR:-$$(mktemp -d)}" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check .
