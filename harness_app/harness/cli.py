@@ -1,0 +1,363 @@
+"""Command line for evaluating policies on BEIR folders without Django or any server.
+
+    python -m harness_app.harness eval BEIR_DIR [--policy baseline] [--limit N]
+        [--ablate MECHANISM ...] [--all-ablations] [--max-turns 40] [--runs 1]
+        [--out FILE] [--json] [--split test] [--index-dir DIR]
+    python -m harness_app.harness bench-retrieval BEIR_DIR [--json] [--split test]
+    python -m harness_app.harness single-bm25 BEIR_DIR [--k 5 10 30] [--limit N] [--json]
+
+`eval` writes one JSON row per query and run to --out (JSONL) and prints the aggregate as
+one JSON line; with --all-ablations it prints a table (or, with --json, one JSON line per
+condition) for the full harness and each single mechanism switched off. Every aggregate
+carries plain single-query BM25 recall at the same number of documents, the bar a search
+agent has to clear: cut at each episode's curated-set size (`bm25_*_same_k`, to compare
+with curated and final-answer recall) and at the number of documents it was shown
+(`bm25_*_same_shown`, to compare with trajectory recall).
+
+Bad input (a missing folder or file, an unknown mechanism or policy, a malformed BEIR
+line) prints one "error: ..." line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness_app.harness.ablation import MECHANISMS, Ablation
+from harness_app.harness.beir import BeirFormatError, beir_paths, beir_queries
+from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.metrics import single_search_recall
+from harness_app.harness.policies import POLICY_FACTORIES, make_policy
+from harness_app.harness.runner import run_episode
+from harness_app.harness.types import QuerySpec, Retriever
+
+EXIT_USAGE = 2
+TABLE_COLUMNS = (
+    "condition",
+    "n",
+    "recall",
+    "trajectory_recall",
+    "final_answer_recall",
+    "tool_diversity",
+    "turns",
+    "errors",
+    "reward",
+)
+# Per-query values averaged into the aggregate (metric name -> aggregate name).
+AVERAGED = {
+    "curated_recall": "recall",
+    "precision": "precision",
+    "f_beta": "f2",
+    "final_answer_recall": "final_answer_recall",
+    "trajectory_recall": "trajectory_recall",
+    "trajectory_final_answer_recall": "trajectory_final_answer_recall",
+    "tool_diversity": "tool_diversity",
+    "turns": "turns",
+    "format_errors": "errors",
+    "curated_count": "curated_size",
+    "reward": "reward",
+    "bm25_recall_same_k": "bm25_recall_same_k",
+    "bm25_final_answer_recall_same_k": "bm25_final_answer_recall_same_k",
+    "shown_count": "shown",
+    "bm25_recall_same_shown": "bm25_recall_same_shown",
+    "bm25_final_answer_recall_same_shown": "bm25_final_answer_recall_same_shown",
+    "seconds": "seconds_per_query",
+}
+
+
+class CliError(Exception):
+    """Bad input; main() prints the message on one line and exits with status 2."""
+
+
+# -- shared setup ------------------------------------------------------------------------
+
+
+def default_index_dir() -> Path:
+    """$XDG_CACHE_HOME/harness-workbench/indexes, or the temp dir when there is no home."""
+    base = os.environ.get("XDG_CACHE_HOME") or (
+        str(Path.home() / ".cache") if Path.home().is_dir() else tempfile.gettempdir()
+    )
+    return Path(base) / "harness-workbench" / "indexes"
+
+
+def _check_folder(folder: str, split: str) -> Path:
+    path = Path(folder)
+    if not path.is_dir():
+        raise CliError(f"BEIR folder not found: {folder}")
+    try:
+        beir_paths(path, split)
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    return path
+
+
+def _open_retriever(folder: Path, index_dir: str | None) -> Retriever:
+    # Imported here so that `--help` and input errors never pay for numpy and the index.
+    from harness_app.harness.retrieval import BM25IndexError, open_index
+
+    try:
+        return open_index(folder, Path(index_dir) if index_dir else default_index_dir())
+    except (BM25IndexError, OSError) as exc:
+        raise CliError(f"cannot open or build the BM25 index: {exc}") from None
+
+
+def _load_queries(folder: Path, split: str, limit: int | None) -> list[QuerySpec]:
+    queries = beir_queries(folder, split)
+    if not queries:
+        raise CliError(f"{folder} has no judged queries in split {split!r}")
+    return queries[:limit] if limit else queries
+
+
+# -- eval --------------------------------------------------------------------------------
+
+
+def conditions_from_args(args: argparse.Namespace) -> list[Ablation]:
+    """The ablations to run: the full harness and each mechanism off, or one chosen set."""
+    if args.all_ablations and args.ablate:
+        raise CliError("--ablate and --all-ablations cannot be combined")
+    if args.all_ablations:
+        return [Ablation(), *(Ablation().without(m) for m in MECHANISMS)]
+    try:
+        return [Ablation().without(*args.ablate)]
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def evaluate_condition(
+    retriever: Retriever,
+    queries: Sequence[QuerySpec],
+    *,
+    policy_name: str,
+    ablation: Ablation,
+    config: HarnessConfig,
+    run: int = 0,
+) -> Iterator[dict[str, Any]]:
+    """One row per query: metrics, reward and plain BM25 at the episode's curated size."""
+    env = SearchHarness(retriever, config=config, ablation=ablation)
+    tools = [schema["function"]["name"] for schema in env.tool_schemas()]
+    for query in queries:
+        result = run_episode(env, make_policy(policy_name, tools=tools), query)
+        # Compare like with like: the curated set against BM25 cut at its size, and the
+        # whole trajectory against BM25 cut at the number of documents the episode showed.
+        bm25 = single_search_recall(retriever, query, result.metrics.curated_count)
+        bm25_shown = single_search_recall(retriever, query, result.metrics.shown_count)
+        yield {
+            "condition": ablation.label,
+            "run": run,
+            "query_id": query.query_id,
+            "policy": result.policy,
+            "termination_reason": result.termination_reason,
+            "error": result.error,
+            **result.metrics.to_json(),
+            "reward": result.reward.total,
+            "reward_components": result.reward.to_json(),
+            "bm25_recall_same_k": bm25.curated,
+            "bm25_final_answer_recall_same_k": bm25.final_answer,
+            "bm25_recall_same_shown": bm25_shown.curated,
+            "bm25_final_answer_recall_same_shown": bm25_shown.final_answer,
+            "curated_ids": result.curated_ids,
+            "seconds": round(result.seconds, 4),
+        }
+
+
+def aggregate_rows(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean of each averaged value over the rows of one run."""
+    return {
+        name: statistics.fmean(float(row[key]) for row in rows) for key, name in AVERAGED.items()
+    }
+
+
+def combine_runs(
+    condition: str, policy: str, n: int, per_run: Sequence[dict[str, float]]
+) -> dict[str, Any]:
+    """Mean over runs of each aggregate, plus its spread across runs as `<name>_std`."""
+    summary: dict[str, Any] = {"condition": condition, "policy": policy, "n": n}
+    summary["runs"] = len(per_run)
+    for name in AVERAGED.values():
+        values = [run[name] for run in per_run]
+        summary[name] = round(statistics.fmean(values), 4)
+        summary[f"{name}_std"] = round(statistics.pstdev(values), 4) if len(values) > 1 else 0.0
+    return summary
+
+
+def format_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """A fixed-width text table, one line per condition."""
+    header = [*TABLE_COLUMNS]
+    lines = [[_cell(s, column) for column in TABLE_COLUMNS] for s in summaries]
+    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *lines]
+    )
+
+
+def _cell(summary: dict[str, Any], column: str) -> str:
+    value = summary[column]
+    if isinstance(value, float):
+        return f"{value:.2f}" if column in ("turns", "errors", "tool_diversity") else f"{value:.3f}"
+    return str(value)
+
+
+@contextmanager
+def _rows_file(path: str | None) -> Iterator[TextIO | None]:
+    if path is None:
+        yield None
+        return
+    try:
+        handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None
+    with handle:
+        yield handle
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.policy not in POLICY_FACTORIES:
+        known = ", ".join(sorted(POLICY_FACTORIES))
+        raise CliError(f"unknown policy {args.policy!r} (known: {known})")
+    if args.runs < 1 or args.max_turns < 1 or (args.limit is not None and args.limit < 1):
+        raise CliError("--runs, --max-turns and --limit must be at least 1")
+    conditions = conditions_from_args(args)
+    folder = _check_folder(args.beir_dir, args.split)
+    queries = _load_queries(folder, args.split, args.limit)
+    retriever = _open_retriever(folder, args.index_dir)
+    config = HarnessConfig(max_turns=args.max_turns)
+    started = time.perf_counter()
+    summaries = []
+    with _rows_file(args.out) as out:
+        for ablation in conditions:
+            per_run = []
+            for run in range(args.runs):
+                rows = list(
+                    evaluate_condition(
+                        retriever,
+                        queries,
+                        policy_name=args.policy,
+                        ablation=ablation,
+                        config=config,
+                        run=run,
+                    )
+                )
+                if out is not None:
+                    out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+                per_run.append(aggregate_rows(rows))
+            summaries.append(combine_runs(ablation.label, args.policy, len(queries), per_run))
+    _print_summaries(summaries, args, time.perf_counter() - started)
+    return 0
+
+
+def _print_summaries(
+    summaries: list[dict[str, Any]], args: argparse.Namespace, took: float
+) -> None:
+    if args.all_ablations and not args.json:
+        print(format_table(summaries))
+        print(f"({len(summaries)} conditions x {args.runs} run(s), {took:.1f}s)")
+        return
+    for summary in summaries:
+        print(json.dumps({**summary, "wall_seconds": round(took, 2)}))
+
+
+# -- bench-retrieval and single-bm25 -------------------------------------------------------
+
+
+def cmd_bench_retrieval(args: argparse.Namespace) -> int:
+    from harness_app.harness.retrieval import evaluate_beir
+
+    folder = _check_folder(args.beir_dir, args.split)
+    # evaluate_beir rebuilds its target from scratch, so never hand it the shared cache
+    # directory itself: give it a sub-directory of its own.
+    target = Path(args.index_dir) / f"bench-{folder.name}" if args.index_dir else None
+    result = evaluate_beir(folder, args.split, index_dir=target)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{result['dataset']} ({result['split']}, {result['queries']} queries, "
+            f"{result['documents']} docs): nDCG@10 {result['ndcg@10']:.4f}  "
+            f"recall@100 {result['recall@100']:.4f}  {result['queries_per_s']} queries/s"
+        )
+    return 0
+
+
+def cmd_single_bm25(args: argparse.Namespace) -> int:
+    folder = _check_folder(args.beir_dir, args.split)
+    queries = _load_queries(folder, args.split, args.limit)
+    retriever = _open_retriever(folder, args.index_dir)
+    result: dict[str, Any] = {"dataset": folder.name, "split": args.split, "n": len(queries)}
+    for k in sorted(set(args.k)):
+        if k < 1:
+            raise CliError(f"--k must be at least 1, got {k}")
+        scores = [single_search_recall(retriever, q, k) for q in queries]
+        result[f"recall@{k}"] = round(statistics.fmean(s.curated for s in scores), 4)
+        result[f"final_answer_recall@{k}"] = round(
+            statistics.fmean(s.final_answer for s in scores), 4
+        )
+    print(json.dumps(result) if args.json else _plain(result))
+    return 0
+
+
+def _plain(result: dict[str, Any]) -> str:
+    return "  ".join(f"{key} {value}" for key, value in result.items())
+
+
+# -- parser and entry point ------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness_app.harness", description="Evaluate search policies on BEIR."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_eval(commands)
+    bench = _command(commands, "bench-retrieval", cmd_bench_retrieval, "BM25 nDCG@10/recall@100")
+    bench.add_argument("--json", action="store_true", help="print the result as JSON")
+    single = _command(commands, "single-bm25", cmd_single_bm25, "plain BM25 recall@k")
+    single.add_argument("--k", type=int, nargs="+", default=[5, 10, 30], help="cut-offs")
+    single.add_argument("--limit", type=int, help="only the first N judged queries")
+    single.add_argument("--json", action="store_true", help="print the result as JSON")
+    return parser
+
+
+def _command(
+    commands: Any, name: str, handler: Callable[[argparse.Namespace], int], text: str
+) -> argparse.ArgumentParser:
+    sub: argparse.ArgumentParser = commands.add_parser(name, help=text, description=text)
+    sub.set_defaults(handler=handler)
+    sub.add_argument("beir_dir", metavar="BEIR_DIR", help="folder with corpus.jsonl etc.")
+    sub.add_argument("--split", default="test", help="qrels split (default: test)")
+    sub.add_argument("--index-dir", help="BM25 index cache (default: user cache dir)")
+    return sub
+
+
+def _add_eval(commands: Any) -> None:
+    sub = _command(commands, "eval", cmd_eval, "run a policy over a benchmark")
+    sub.add_argument("--policy", default="baseline", help="registered policy name")
+    sub.add_argument("--limit", type=int, help="only the first N judged queries")
+    sub.add_argument(
+        "--ablate", nargs="+", default=[], metavar="MECHANISM", help="mechanisms to switch off"
+    )
+    sub.add_argument(
+        "--all-ablations", action="store_true", help="full harness and each mechanism off"
+    )
+    sub.add_argument("--max-turns", type=int, default=40, help="turn budget per episode")
+    sub.add_argument("--runs", type=int, default=1, help="repeat every condition N times")
+    sub.add_argument("--out", help="write per-query rows (JSONL) here")
+    sub.add_argument("--json", action="store_true", help="JSON lines even with --all-ablations")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except (CliError, BeirFormatError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
