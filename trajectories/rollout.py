@@ -15,6 +15,7 @@ from harness_app.harness.ablation import Ablation
 from harness_app.harness.env import HarnessConfig, SearchHarness
 from harness_app.harness.llm.chat_policy import ChatPolicy, ChatPolicyConfig
 from harness_app.harness.llm.client import ChatClient, Sampling
+from harness_app.harness.policies import make_policy
 from harness_app.harness.policies.base import Policy
 from harness_app.harness.reward import RewardWeights
 from harness_app.harness.runner import iter_episode
@@ -40,9 +41,8 @@ def policy_build(
     prefix_messages: list[dict[str, Any]] | None = None,
 ) -> Policy:
     if config.kind == PolicyKind.BASELINE:
-        from harness_app.harness.policies.baseline import BaselinePolicy
-
-        return BaselinePolicy()
+        # The baseline must only call tools this episode's ablation offers.
+        return make_policy("baseline", tools=[t["function"]["name"] for t in tools])
     client = ChatClient(
         config.base_url or settings.VLLM_BASE_URL,
         config.model,
