@@ -30,7 +30,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 @browse_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "harness_app/dashboard.html", {})
+    # Rollouts build on this app, so their sections are read lazily from trajectories
+    # rather than imported at module level (the apps' layering points the other way).
+    from trajectories.selectors_ui import dashboard_data
+
+    return render(request, "trajectories/dashboard.html", dashboard_data())
 
 
 # --- benchmarks -------------------------------------------------------------------------
