@@ -40,4 +40,4 @@ def scifact_dir(shared_data: Path) -> Path:
     return path
 
 
-pytest_plugins = ["tests.workers"]
+pytest_plugins = ["tests.workers", "tests.browser_fixtures"]

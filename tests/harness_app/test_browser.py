@@ -10,12 +10,12 @@ from harness_app.importers import ImportProgress
 from harness_app.models import ImportJob, ImportStatus
 from harness_app.roles import Role
 from harness_app.services import ProgressFile, user_ensure
-from tests.browser.conftest import browser, login, page  # noqa: F401 (fixtures)
+from tests.browser_fixtures import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_the_progress_line_follows_a_running_import(live_server, page, tmp_path: Path) -> None:  # noqa: F811
+def test_the_progress_line_follows_a_running_import(live_server, page, tmp_path: Path) -> None:
     user_ensure(username="rita", password="pw-rita-123", role=Role.RESEARCHER)
     (tmp_path / "job").mkdir()
     job = ImportJob.objects.create(
