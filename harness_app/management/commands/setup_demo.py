@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from harness_app import indexes
-from harness_app.models import BenchmarkSource, Corpus
+from harness_app.models import Benchmark, BenchmarkSource, Corpus, PolicyConfig, PolicyKind
 from harness_app.roles import Role
 from harness_app.services import benchmark_import, user_ensure
 
@@ -32,6 +32,7 @@ class Command(BaseCommand):
             state = "created" if created else "exists, password unchanged"
             self.stdout.write(f"  login {username} / {password}  ({role.label.lower()}, {state})")
         self._demo_benchmark()
+        self._demo_rollouts()
 
     def _demo_benchmark(self) -> None:
         # replace=True: a newer demo_data/ swaps the old demo out; identical data is a no-op.
@@ -48,3 +49,25 @@ class Command(BaseCommand):
         index, built = indexes.corpus_index_ensure(corpus)
         action = "built" if built else "already built"
         self.stdout.write(f"  index of corpus {corpus.name!r} {action}: {index.directory}")
+
+    def _demo_rollouts(self) -> None:
+        """Queue two baseline batches once (full, and without the evidence graph) so the
+        dashboard, viewer and compare pages have episodes; the worker runs them in seconds."""
+        from trajectories.models import RolloutBatch
+        from trajectories.services import batch_create
+
+        benchmark = Benchmark.objects.get(name=DEMO_NAME)
+        if RolloutBatch.objects.filter(benchmark=benchmark).exists():
+            self.stdout.write("  demo rollouts exist")
+            return
+        policy, _ = PolicyConfig.objects.get_or_create(
+            name="baseline", defaults={"kind": PolicyKind.BASELINE}
+        )
+        for ablate, samples in (((), 2), (("evidence_graph",), 1)):
+            batch = batch_create(
+                benchmark=benchmark, policy=policy, samples_per_query=samples, ablate=ablate
+            )
+            self.stdout.write(
+                f"  queued demo batch {batch.pk} ({batch.ablation_label}): "
+                f"{batch.episodes_total} baseline episodes"
+            )
