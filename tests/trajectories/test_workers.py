@@ -27,7 +27,7 @@ def test_worker_runs_a_baseline_batch_to_completion(live_worker, demo_benchmark,
         benchmark=demo_benchmark, policy=baseline_policy, samples_per_query=2, query_limit=3
     )
     wait_until(
-        lambda: _finished(batch), timeout=120, what=f"batch {batch.pk}\n{live_worker.log()[-3000:]}"
+        lambda: _finished(batch), timeout=300, what=f"batch {batch.pk}\n{live_worker.log()[-3000:]}"
     )
     assert batch.status == BatchStatus.COMPLETED
     assert batch.episodes_completed == 6
@@ -43,7 +43,7 @@ def test_unreachable_vllm_fails_episodes_with_a_reason_and_never_hangs(
     try:
         batch = batch_create(benchmark=demo_benchmark, policy=unreachable_llm_policy, query_limit=2)
         wait_until(
-            lambda: _finished(batch), timeout=120, what=f"batch {batch.pk}\n{worker.log()[-3000:]}"
+            lambda: _finished(batch), timeout=300, what=f"batch {batch.pk}\n{worker.log()[-3000:]}"
         )
     finally:
         worker.kill()
@@ -80,7 +80,7 @@ def test_sigkilled_worker_mid_episode_then_episode_completes_exactly_once(
         second = start_worker(tmp_path / "w2", extra_env={"EPISODE_STALE_AFTER_S": "2"})
         try:
             wait_until(
-                lambda: _finished(batch), timeout=120, what=f"recovery\n{second.log()[-3000:]}"
+                lambda: _finished(batch), timeout=300, what=f"recovery\n{second.log()[-3000:]}"
             )
         finally:
             second.kill()
