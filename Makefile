@@ -16,8 +16,11 @@ $(VENV)/.installed: $(PY) pyproject.toml $(CONSTRAINTS)
 	$(PIP) install -qq -c $(CONSTRAINTS) -e .
 	touch $@
 
+# torch first, alone: on the reference machines a local CPU wheel satisfies it, and asking
+# for it together with the rest could pull a CUDA build instead.
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PIP) install -qq -c $(CONSTRAINTS) -e '.[dev]'
+	$(PIP) install -qq -c $(CONSTRAINTS) torch==2.13.0
+	$(PIP) install -qq -c $(CONSTRAINTS) -e '.[dev,train]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,0 +1,8 @@
+"""Reinforcement learning on recorded rollouts: the maths and the trainer step.
+
+advantages.py and batches.py are plain Python (no torch, no Django), so the job loop and
+the exports can use them anywhere. losses.py and trainer.py need torch (and peft,
+transformers for the trainer): the optional "train" extra. parquet.py needs pyarrow.
+samples.py is the one Django-side module: it reads a rollout batch from the database.
+See docs/training-rl.md.
+"""

@@ -1,0 +1,36 @@
+"""Serve a saved adapter through vLLM: the new policy version becomes a model name.
+
+vLLM loads a peft folder at run time with POST /v1/load_lora_adapter when it was started
+with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (scripts/llm/serve.sh does
+both). The path is read by the server, so it must be visible on the server's filesystem.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+
+class PublishError(RuntimeError):
+    """The server refused the adapter; the message carries its answer."""
+
+
+def _post(base_url: str, path: str, body: dict[str, str], timeout_s: float) -> None:
+    url = f"{base_url.rstrip('/')}{path}"
+    try:
+        response = httpx.post(url, json=body, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise PublishError(f"{url}: {exc}") from exc
+    if response.status_code >= 400:
+        raise PublishError(f"{url} answered {response.status_code}: {response.text[:500]}")
+
+
+def adapter_load(base_url: str, *, name: str, path: Path, timeout_s: float = 120.0) -> None:
+    """Serve the adapter at `path` as model `name` (`base_url` ends in /v1)."""
+    body = {"lora_name": name, "lora_path": str(Path(path).resolve())}
+    _post(base_url, "/load_lora_adapter", body, timeout_s)
+
+
+def adapter_unload(base_url: str, *, name: str, timeout_s: float = 30.0) -> None:
+    _post(base_url, "/unload_lora_adapter", {"lora_name": name}, timeout_s)

@@ -1,0 +1,94 @@
+"""Read a rollout batch from the database into RL training sequences.
+
+Two queries, whatever the batch size: the episodes, then their successful model calls
+(token blobs only; the request and response JSON are never loaded). The maths is the pure
+`batch_build`; this module only decides which episodes are candidates.
+
+Only completed episodes with a reward are candidates. A failed episode (model timeout,
+server error, worker time limit) stopped for reasons the policy did not choose, so its
+reward says more about the infrastructure than about the policy; it is excluded with its
+termination reason rather than scored as a bad trajectory.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from harness_app.harness.llm.reconstruct import CallTokens
+from training.rl.advantages import AdvantageSettings
+from training.rl.batches import BatchBuild, EpisodeCalls, Exclusion, batch_build
+from trajectories.models import (
+    Episode,
+    EpisodeStatus,
+    ModelCall,
+    RolloutBatch,
+    unpack_floats,
+    unpack_ints,
+)
+
+
+def _calls_by_episode(batch_id: int) -> dict[int, list[CallTokens]]:
+    rows = (
+        ModelCall.objects.filter(episode__batch_id=batch_id, error="")
+        .order_by("episode_id", "pk")
+        .values_list(
+            "episode_id",
+            "pk",
+            "prompt_token_ids_blob",
+            "completion_token_ids_blob",
+            "completion_logprobs_blob",
+            "policy_version",
+        )
+    )
+    out: dict[int, list[CallTokens]] = defaultdict(list)
+    for episode_id, pk, prompt, completion, logprobs, version in rows.iterator(chunk_size=200):
+        out[episode_id].append(
+            CallTokens(
+                pk, unpack_ints(prompt), unpack_ints(completion), unpack_floats(logprobs), version
+            )
+        )
+    return out
+
+
+def _candidate_problem(status: str, reason: str, reward: float | None) -> str:
+    if status != EpisodeStatus.COMPLETED:
+        return f"not_completed: status {status} ({reason or 'no reason'})"
+    if reward is None:
+        return "no_reward: the episode has no reward"
+    return ""
+
+
+def rl_episodes_for_batch(
+    *, batch: RolloutBatch | int
+) -> tuple[list[EpisodeCalls], list[Exclusion]]:
+    """The batch's candidate episodes with their calls, and the non-candidates with why."""
+    batch_id = batch if isinstance(batch, int) else batch.pk
+    calls = _calls_by_episode(batch_id)
+    rows = (
+        Episode.objects.filter(batch_id=batch_id)
+        .order_by("group_id", "sample_index")
+        .values_list("pk", "group_id", "status", "termination_reason", "reward")
+    )
+    candidates: list[EpisodeCalls] = []
+    excluded: list[Exclusion] = []
+    for pk, group_id, status, reason, reward in rows:
+        problem = _candidate_problem(status, reason, reward)
+        if problem:
+            excluded.append(Exclusion(pk, problem))
+            continue
+        assert reward is not None  # checked by _candidate_problem
+        candidates.append(EpisodeCalls(pk, group_id, reward, reason, calls.get(pk, [])))
+    return candidates, excluded
+
+
+def rl_samples_for_batch(
+    *,
+    batch: RolloutBatch | int,
+    settings: AdvantageSettings | None = None,
+    mode: str = "prefix",
+) -> BatchBuild:
+    """The batch's training sequences with rewards and group-relative advantages."""
+    candidates, excluded = rl_episodes_for_batch(batch=batch)
+    build = batch_build(candidates, settings, mode=mode)
+    build.exclusions = excluded + build.exclusions
+    return build

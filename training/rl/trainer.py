@@ -1,0 +1,292 @@
+"""The built-in trainer step: a peft LoRA adapter on a causal LM, CISPO or GRPO.
+
+One code path for the CPU (SmolLM2-135M in float32, what the tests and CI run) and a GPU
+with a real model: only `device` and `dtype` change. Sequences go through the model one at
+a time, with no padding: a padded batch would need attention masks and position ids that
+the sampler never saw, and per-sequence passes keep the recomputed logprobs comparable to
+the sampler's. Gradients accumulate over the batch and the optimiser steps once.
+
+Only the positions that predict a sampled token are projected onto the vocabulary
+(`logits_to_keep`), so memory grows with the sampled tokens, not with the tool results
+and prompts around them.
+
+The logprobs are of the raw distribution (temperature 1), which is what vLLM reports by
+default; rollouts for RL are sampled at temperature 1.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM
+
+from training.rl import losses
+from training.rl.batches import TrainSequence
+
+LOSSES = ("cispo", "grpo")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    rank: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    seed: int = 0  # the adapter's initial A matrices; B starts at zero either way
+
+    def peft_config(self) -> LoraConfig:
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            task_type="CAUSAL_LM",
+        )
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    loss: str = "cispo"
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    cispo_eps_low: float = losses.CISPO_EPS_LOW
+    cispo_eps_high: float = losses.CISPO_EPS_HIGH
+    grpo_eps: float = losses.GRPO_EPS
+    kl_beta: float = 0.0  # Harness-1's launch: losses.KL_BETA_HARNESS1 when the term is on
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; use one of {LOSSES}")
+        if self.lr <= 0 or self.max_grad_norm <= 0:
+            raise ValueError("lr and max_grad_norm must be positive")
+        if self.kl_beta < 0:
+            raise ValueError(f"kl_beta must be >= 0, got {self.kl_beta}")
+
+
+@dataclass
+class StepMetrics:
+    """What one optimiser step did; logprob statistics are from before the update."""
+
+    loss: float = 0.0
+    policy_loss: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0  # mean entropy of the distributions the sampled tokens came from
+    logprob_gap: float = 0.0  # mean |logπ_trainer − logπ_rollout| over sampled tokens
+    logprob_gap_max: float = 0.0
+    tokens: int = 0  # sampled (trained) tokens
+    context_tokens: int = 0  # every token forwarded, masked ones included
+    sequences: int = 0
+    clip_low_frac: float = 0.0
+    clip_high_frac: float = 0.0
+    grad_norm: float = 0.0
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- model ---------------------------------------------------------------------------------
+
+
+def load_policy(
+    model_dir: str | Path,
+    *,
+    lora: LoraSettings | None = None,
+    adapter_dir: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> PeftModel:
+    """The base model from a local folder with a trainable LoRA adapter: a fresh one, or
+    `adapter_dir` to go on from a saved policy version."""
+    base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+    torch.nn.Module.to(base, device)  # the typed Module.to; transformers wraps its own
+    if adapter_dir is not None:
+        return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True)
+    settings = lora or LoraSettings()
+    torch.manual_seed(settings.seed)
+    model = get_peft_model(base, settings.peft_config())
+    assert isinstance(model, PeftModel)
+    return model
+
+
+def make_optimizer(model: torch.nn.Module, settings: TrainSettings) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+
+
+def save_adapter(model: PeftModel, out_dir: str | Path) -> Path:
+    """A peft adapter folder (adapter_config.json, adapter_model.safetensors) that vLLM
+    loads with POST /v1/load_lora_adapter."""
+    path = Path(out_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path))
+    return path
+
+
+# -- logprobs ------------------------------------------------------------------------------
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _targets(seq: TrainSequence) -> tuple[list[int], list[int]]:
+    """Positions whose logits predict a sampled token, and those tokens."""
+    offset = len(seq.prompt_ids)
+    sampled = [offset + i for i, m in enumerate(seq.loss_mask) if m]
+    ids = seq.input_ids
+    # A sampled token at position 0 has no context to be predicted from.
+    if sampled and sampled[0] == 0:
+        raise ValueError(f"sequence {seq.sample_id}: a sampled token needs a prompt before it")
+    return [p - 1 for p in sampled], [ids[p] for p in sampled]
+
+
+def sampled_token_logprobs(
+    model: torch.nn.Module, seq: TrainSequence
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(token) of each sampled token (with grad) and its distribution's entropy."""
+    device = _device_of(model)
+    positions, tokens = _targets(seq)
+    input_ids = torch.tensor([seq.input_ids], device=device)
+    keep = torch.tensor(positions, device=device)
+    logits = model(input_ids=input_ids, logits_to_keep=keep, use_cache=False).logits[0]
+    # float32 for the softmax whatever the model's dtype: bf16 logprobs are too coarse
+    # for importance ratios.
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    chosen = log_probs.gather(-1, torch.tensor(tokens, device=device)[:, None])[:, 0]
+    with torch.no_grad():
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return chosen, entropy
+
+
+def recompute_logprobs(
+    model: torch.nn.Module, sequences: Sequence[TrainSequence]
+) -> list[list[float]]:
+    """The model's logprob of every sampled token, per sequence, without gradients."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return [sampled_token_logprobs(model, s)[0].tolist() for s in sequences]
+    finally:
+        model.train(was_training)
+
+
+def _reference_logprobs(model: PeftModel, seq: TrainSequence) -> torch.Tensor:
+    # The reference policy is the base model: the same weights with the adapter off.
+    with torch.no_grad(), model.disable_adapter():
+        return sampled_token_logprobs(model, seq)[0]
+
+
+# -- the step ------------------------------------------------------------------------------
+
+
+def _policy_loss(
+    new: torch.Tensor, rollout: torch.Tensor, advantage: float, settings: TrainSettings, n: int
+) -> losses.PolicyLoss:
+    adv = torch.tensor(advantage, dtype=new.dtype, device=new.device)
+    mask = torch.ones_like(new)  # `new` holds sampled tokens only
+    if settings.loss == "cispo":
+        return losses.cispo_loss(
+            new,
+            rollout,
+            adv,
+            mask,
+            eps_low=settings.cispo_eps_low,
+            eps_high=settings.cispo_eps_high,
+            normalizer=n,
+        )
+    return losses.grpo_loss(new, rollout, adv, mask, eps=settings.grpo_eps, normalizer=n)
+
+
+def _accumulate(
+    model: PeftModel, seq: TrainSequence, settings: TrainSettings, n: int, m: StepMetrics
+) -> None:
+    """Forward and backward one sequence, adding its share of the batch loss."""
+    new, entropy = sampled_token_logprobs(model, seq)
+    rollout = torch.tensor(seq.sampled_logprobs(), dtype=new.dtype, device=new.device)
+    policy = _policy_loss(new, rollout, seq.advantage, settings, n)
+    loss = policy.loss
+    if settings.kl_beta > 0:
+        ref = _reference_logprobs(model, seq)
+        kl = losses.kl_k3(new, ref, torch.ones_like(new), normalizer=n)
+        loss = loss + settings.kl_beta * kl
+        m.kl += float(kl.detach())
+    loss.backward()
+    gap = (new.detach() - rollout).abs()
+    m.policy_loss += float(policy.loss.detach())
+    m.loss += float(loss.detach())
+    m.entropy += float(entropy.sum()) / n
+    m.logprob_gap += float(gap.sum()) / n
+    m.logprob_gap_max = max(m.logprob_gap_max, float(gap.max()))
+    m.clip_low_frac += policy.clipped_low / n
+    m.clip_high_frac += policy.clipped_high / n
+    m.context_tokens += len(seq.input_ids)
+
+
+def train_step(
+    model: PeftModel,
+    optimizer: torch.optim.Optimizer,
+    sequences: Sequence[TrainSequence],
+    settings: TrainSettings,
+) -> StepMetrics:
+    """One optimiser step over the whole batch; every sampled token weighs the same."""
+    started = time.perf_counter()
+    trainable = [s for s in sequences if s.sampled_tokens]
+    n = sum(s.sampled_tokens for s in trainable)
+    metrics = StepMetrics(tokens=n, sequences=len(trainable))
+    if n == 0:
+        return metrics
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    for seq in trainable:
+        _accumulate(model, seq, settings, n, metrics)
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+    metrics.grad_norm = float(norm)
+    if math.isfinite(metrics.grad_norm):
+        optimizer.step()
+    else:
+        # A NaN/inf gradient would poison the adapter and AdamW's moments for good.
+        metrics.extra["skipped"] = "non-finite gradient norm"
+    optimizer.zero_grad(set_to_none=True)
+    metrics.seconds = time.perf_counter() - started
+    return metrics
+
+
+class PolicyTrainer:
+    """The model and its optimiser, kept together across steps (AdamW's moments matter)."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        lora: LoraSettings | None = None,
+        settings: TrainSettings | None = None,
+        adapter_dir: str | Path | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.settings = settings or TrainSettings()
+        self.model = load_policy(
+            model_dir, lora=lora, adapter_dir=adapter_dir, device=device, dtype=dtype
+        )
+        self.optimizer = make_optimizer(self.model, self.settings)
+
+    def recompute_logprobs(self, sequences: Sequence[TrainSequence]) -> list[list[float]]:
+        return recompute_logprobs(self.model, sequences)
+
+    def train_step(self, sequences: Sequence[TrainSequence]) -> StepMetrics:
+        return train_step(self.model, self.optimizer, sequences, self.settings)
+
+    def save_adapter(self, out_dir: str | Path) -> Path:
+        return save_adapter(self.model, out_dir)
