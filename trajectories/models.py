@@ -160,6 +160,8 @@ class Turn(models.Model):
     episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="turn_rows")
     index = models.PositiveIntegerField()
     tool_calls = models.JSONField(default=list)
+    # One {"call_id", "name", "content", "ok", "error"} per call: each result as sent back.
+    tool_results = models.JSONField(default=list)
     observation = models.TextField(help_text="exactly as the model saw it")
     # Every SNAPSHOT_EVERY turns a full state snapshot; in between, the delta from the
     # previous turn (harness/jsondelta.py), so storage grows linearly with turns.
@@ -440,3 +442,26 @@ class AnnotationEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} on episode {self.episode_id} by {self.actor_id}"
+
+
+# --- saved episode-list filters (written by trajectories/services_ui.py only) -------------------
+
+
+class SavedFilter(models.Model):
+    """A named episode-list filter of one user. The URL is the permalink; this only names it."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_filters"
+    )
+    name = models.CharField(max_length=100)
+    query_string = models.CharField(max_length=2000, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="saved_filter_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}: ?{self.query_string}"

@@ -249,6 +249,7 @@ def turn_record(
             episode=claim.episode,
             index=turn["turn"],
             tool_calls=turn["tool_calls"],
+            tool_results=turn.get("tool_results", []),
             observation=turn["observation_text"],
             state=state,
             state_is_delta=as_delta,

@@ -72,6 +72,10 @@ def test_baseline_episode_persists_turns_metrics_and_final_state(
     assert [t.index for t in turns] == list(range(len(turns)))
     assert episode.turns == len(turns) - 1  # turn 0 is the reset
     assert "WORKINGMEMORY" in turns[-1].observation.upper()
+    # Each call's result is stored as sent back, and appears in the whole observation.
+    first = turns[1]
+    assert len(first.tool_results) == len(first.tool_calls) > 0
+    assert first.tool_results[0]["content"] in first.observation
     assert episode.curated_recall == episode.metrics["curated_recall"]
     assert episode.reward is not None and "total" in episode.reward_components
     states = turn_states(episode=episode)

@@ -1,0 +1,64 @@
+"""The API under /api/: one router for every app's viewsets, the schema and its docs.
+
+The docs page (Swagger UI) is served from the drf-spectacular-sidecar wheel's static
+files, so it loads nothing from another host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import include, path
+from drf_spectacular.settings import patched_settings
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from harness_app.api import BenchmarkViewSet, ImportJobViewSet, PolicyConfigViewSet
+from training.api import ExportViewSet
+from trajectories.api import AnnotationViewSet, BatchViewSet, EpisodeViewSet
+
+SCHEMA_SETTINGS = {
+    "TITLE": "Harness workbench API",
+    "DESCRIPTION": "Rollout batches, episodes, annotations and SFT exports. "
+    "Authenticate with `Authorization: Token <key>` (POST /api/token/ gives the key).",
+    "VERSION": "1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "BatchStatusEnum": "trajectories.models.BatchStatus",
+        "EpisodeStatusEnum": "trajectories.models.EpisodeStatus",
+        "ImportStatusEnum": "harness_app.models.ImportStatus",
+        "BenchmarkSourceEnum": "harness_app.models.BenchmarkSource",
+        "ExportStatusEnum": "training.models.ExportStatus",
+        "ExportFormatEnum": "training.models.ExportFormat",
+    },
+}
+OFFLINE_DOCS = {"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR"}
+
+
+class OfflineSwaggerView(SpectacularSwaggerView):
+    """Swagger UI with its JavaScript and CSS from our own static files."""
+
+    schema = None  # the page itself is not part of the API
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        with patched_settings(OFFLINE_DOCS):
+            return super().get(request, *args, **kwargs)
+
+
+router = DefaultRouter()
+router.register("benchmarks", BenchmarkViewSet, basename="benchmark")
+router.register("imports", ImportJobViewSet, basename="import")
+router.register("policies", PolicyConfigViewSet, basename="policy")
+router.register("batches", BatchViewSet, basename="batch")
+router.register("episodes", EpisodeViewSet, basename="episode")
+router.register("annotations", AnnotationViewSet, basename="annotation")
+router.register("exports", ExportViewSet, basename="export")
+
+urlpatterns = [
+    path("token/", obtain_auth_token, name="api-token"),
+    path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS), name="api-schema"),
+    path("docs/", OfflineSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include(router.urls)),
+]

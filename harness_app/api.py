@@ -1,0 +1,113 @@
+"""The API's roles, and its benchmark, import and policy-config endpoints.
+
+Roles are the pages' (harness_app.roles): researchers do everything; annotators read and
+annotate but launch nothing. Every viewset names its permission classes from here.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from harness_app import services
+from harness_app.importers import ImportRejected
+from harness_app.models import Benchmark, ImportJob, PolicyConfig
+from harness_app.roles import BROWSE_ROLES, Role, user_has_role
+from harness_app.serializers import (
+    BenchmarkImportSerializer,
+    BenchmarkSerializer,
+    ImportJobSerializer,
+    PolicyConfigSerializer,
+)
+
+
+class CanBrowse(BasePermission):
+    """Researchers and annotators."""
+
+    message = "this needs the researcher or annotator role"
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return user_has_role(request.user, *BROWSE_ROLES)
+
+
+class ResearcherWrites(BasePermission):
+    """Anyone with a role reads; only researchers create, change or launch."""
+
+    message = "this needs the researcher role; annotators can read and annotate only"
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        if request.method in SAFE_METHODS:
+            return user_has_role(request.user, *BROWSE_ROLES)
+        return user_has_role(request.user, Role.RESEARCHER)
+
+
+class IsResearcher(BasePermission):
+    message = "this needs the researcher role"
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return user_has_role(request.user, Role.RESEARCHER)
+
+
+def request_user(request: Request) -> User | None:
+    return request.user if isinstance(request.user, User) else None
+
+
+class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet[Benchmark]):
+    """Benchmarks with their query and judgement counts; researchers import new ones."""
+
+    serializer_class = BenchmarkSerializer
+    permission_classes = [ResearcherWrites]
+
+    def get_queryset(self) -> QuerySet[Benchmark]:
+        return Benchmark.objects.for_list()
+
+    @extend_schema(
+        request={"multipart/form-data": BenchmarkImportSerializer},
+        responses={202: ImportJobSerializer},
+    )
+    @action(detail=False, methods=["post"], url_path="import")
+    def import_upload(self, request: Request) -> Response:
+        """Upload a BEIR .zip or HotpotQA .json; a worker imports it (poll /imports/{id}/)."""
+        form = BenchmarkImportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        try:
+            job = services.import_job_create(
+                upload=data["file"],
+                name=data["name"],
+                split=data["split"],
+                replace=data["replace"],
+                created_by=request_user(request),
+            )
+        except ImportRejected as exc:
+            raise ValidationError({"file": [str(exc)]}) from None
+        return Response(ImportJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ImportJobViewSet(viewsets.ReadOnlyModelViewSet[ImportJob]):
+    """Uploaded imports: status, live progress while running, and the outcome."""
+
+    serializer_class = ImportJobSerializer
+    permission_classes = [CanBrowse]
+    queryset = ImportJob.objects.order_by("-created", "-pk")
+
+
+class PolicyConfigViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet[PolicyConfig],
+):
+    """How a policy is called: the baseline, or a model behind an OpenAI-compatible server."""
+
+    serializer_class = PolicyConfigSerializer
+    permission_classes = [ResearcherWrites]
+    queryset = PolicyConfig.objects.order_by("name")

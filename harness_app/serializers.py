@@ -1,0 +1,139 @@
+"""API input and output shapes for benchmarks, imports and policy configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.files.uploadedfile import UploadedFile
+from rest_framework import serializers
+
+from harness_app.forms import MAX_UPLOAD_BYTES, UPLOAD_SUFFIXES, split_validator
+from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
+from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind
+from harness_app.selectors import import_job_progress
+
+# What Sampling.from_json reads; anything else would be ignored without a word.
+SAMPLING_TYPES: dict[str, type] = {
+    "temperature": float,
+    "top_p": float,
+    "max_tokens": int,
+    "seed": int,
+}
+
+
+class BenchmarkSerializer(serializers.ModelSerializer[Benchmark]):
+    corpus = serializers.CharField(source="corpus.name", read_only=True)
+    documents = serializers.IntegerField(source="corpus.doc_count", read_only=True)
+    index_status = serializers.CharField(source="corpus.index_status", read_only=True)
+    queries = serializers.IntegerField(source="query_count", read_only=True)
+    qrels = serializers.IntegerField(source="qrel_count", read_only=True)
+
+    class Meta:
+        model = Benchmark
+        fields = [
+            "id",
+            "name",
+            "source",
+            "split",
+            "content_hash",
+            "corpus",
+            "documents",
+            "index_status",
+            "queries",
+            "qrels",
+            "created",
+        ]
+
+
+class BenchmarkImportSerializer(serializers.Serializer[Any]):
+    file = serializers.FileField(
+        help_text="A .zip of a BEIR folder or an official HotpotQA .json file."
+    )
+    name = serializers.CharField(max_length=200)
+    split = serializers.CharField(max_length=50, default="test", validators=[split_validator])
+    replace = serializers.BooleanField(default=False)
+
+    def validate_file(self, upload: UploadedFile) -> UploadedFile:
+        if Path(upload.name or "").suffix.lower() not in UPLOAD_SUFFIXES:
+            raise serializers.ValidationError(
+                "upload a .zip (BEIR folder) or a .json (HotpotQA) file"
+            )
+        if upload.size and upload.size > MAX_UPLOAD_BYTES:
+            raise serializers.ValidationError(f"the file is larger than {MAX_UPLOAD_BYTES:,} bytes")
+        return upload
+
+
+class ImportProgressSerializer(serializers.Serializer[Any]):
+    phase = serializers.CharField()
+    documents = serializers.IntegerField()
+    total_documents = serializers.IntegerField()
+    rate = serializers.IntegerField(help_text="documents per second")
+
+
+class ImportJobSerializer(serializers.ModelSerializer[ImportJob]):
+    progress = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ImportJob
+        fields = [
+            "id",
+            "name",
+            "fmt",
+            "split",
+            "replace",
+            "status",
+            "documents",
+            "queries",
+            "qrels",
+            "message",
+            "benchmark",
+            "progress",
+            "created",
+            "finished",
+        ]
+
+    def get_progress(self, job: ImportJob) -> dict[str, Any] | None:
+        progress = import_job_progress(job)
+        return None if progress is None else ImportProgressSerializer(progress).data
+
+
+class PolicyConfigSerializer(serializers.ModelSerializer[PolicyConfig]):
+    class Meta:
+        model = PolicyConfig
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "base_url",
+            "model",
+            "sampling",
+            "system_prompt_version",
+            "tool_call_format",
+            "created",
+        ]
+        read_only_fields = ["id", "created"]
+
+    def validate_sampling(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError('an object such as {"temperature": 0.7}')
+        for key, item in value.items():
+            kind = SAMPLING_TYPES.get(key)
+            if kind is None:
+                known = ", ".join(SAMPLING_TYPES)
+                raise serializers.ValidationError(f"unknown setting {key!r}; use {known}")
+            numeric = (int, float) if kind is float else (int,)
+            if isinstance(item, bool) or not isinstance(item, numeric):
+                wanted = "a number" if kind is float else "an integer"
+                raise serializers.ValidationError(f"{key} must be {wanted}, got {item!r}")
+        return value
+
+    def validate_system_prompt_version(self, value: str) -> str:
+        if value not in SYSTEM_PROMPTS:
+            raise serializers.ValidationError(f"unknown version; use {', '.join(SYSTEM_PROMPTS)}")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("kind") == PolicyKind.OPENAI and not attrs.get("model"):
+            raise serializers.ValidationError({"model": "an OpenAI-compatible policy needs one"})
+        return attrs

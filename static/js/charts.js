@@ -1,0 +1,64 @@
+// Shared by the pages that draw Plotly charts: theme-aware layouts, safe labels, JSON data.
+// Chart data always arrives through json_script elements and is read with JSON.parse.
+(function () {
+  "use strict";
+
+  function cssVar(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
+
+  // Plotly renders a small HTML subset (<b>, <a href>, ...) inside text, so labels taken from
+  // documents or model output must never reach it with angle brackets.
+  function safe(text) {
+    return String(text === null || text === undefined ? "" : text)
+      .replace(/</g, "‹").replace(/>/g, "›");
+  }
+
+  function readJson(id) {
+    var element = document.getElementById(id);
+    return element ? JSON.parse(element.textContent) : null;
+  }
+
+  function axis(extra) {
+    var base = { gridcolor: cssVar("--border"), zerolinecolor: cssVar("--border"),
+                 linecolor: cssVar("--border"), automargin: true };
+    return Object.assign(base, extra || {});
+  }
+
+  function layout(extra) {
+    var base = {
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: cssVar("--fg"), family: "system-ui, sans-serif", size: 12 },
+      margin: { l: 48, r: 16, t: 36, b: 40 },
+      legend: { orientation: "h", y: -0.2 },
+      hoverlabel: { namelength: -1 },
+    };
+    return Object.assign(base, extra || {});
+  }
+
+  function palette() {
+    return [cssVar("--accent"), cssVar("--ok"), cssVar("--warn"), cssVar("--bad"),
+            cssVar("--gold"), cssVar("--muted")];
+  }
+
+  // Redraw when the theme changes, by toggle or by the system setting.
+  function onThemeChange(callback) {
+    new MutationObserver(callback).observe(document.documentElement,
+      { attributes: true, attributeFilter: ["data-theme"] });
+    if (window.matchMedia) {
+      window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", callback);
+    }
+  }
+
+  window.HarnessCharts = {
+    axis: axis,
+    config: { displaylogo: false, responsive: true },
+    cssVar: cssVar,
+    layout: layout,
+    onThemeChange: onThemeChange,
+    palette: palette,
+    readJson: readJson,
+    safe: safe,
+  };
+})();

@@ -1,0 +1,230 @@
+"""Every write of the training app: SFT exports.
+
+An export is created (`sft_export_create`: filters checked, row written, task queued on
+commit) and then run once by a worker (`sft_export_run`): the JSONL is written beside its
+final name and renamed into place in the transaction that records the provenance rows and
+marks the export done. A done export is never run or written again; a new export is a new
+row and a new file. A crashed run leaves a running export that a redelivered task redoes
+from the start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from training import sft
+from training.models import ExportFormat, ExportStatus, SFTExport, SFTExportEpisode
+from trajectories.episode_filters import (
+    EpisodeFilterError,
+    episode_filters_clean,
+    episodes_matching,
+)
+from trajectories.models import AnnotationStatus, Episode
+
+log = logging.getLogger(__name__)
+
+EXPORT_QUEUE = "celery"
+CHUNK = 200  # episodes rendered per round of queries
+
+
+class ExportError(ValueError):
+    """An export request that cannot run; the message names the parameter."""
+
+
+def export_filters(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Checked filters; without an annotation status, only approved episodes are taken."""
+    try:
+        filters = episode_filters_clean(raw)
+    except EpisodeFilterError as exc:
+        raise ExportError(str(exc)) from exc
+    filters.setdefault("annotation_status", AnnotationStatus.APPROVED)
+    return filters
+
+
+@transaction.atomic
+def sft_export_create(
+    *,
+    created_by: Any = None,
+    filters: Mapping[str, Any] | None = None,
+    fmt: str = ExportFormat.CHAT,
+    enqueue: bool = True,
+) -> SFTExport:
+    """Write a queued export and, once committed, send its task (unless `enqueue` is off,
+    for a caller that runs it inline, like the export_sft command)."""
+    if fmt not in ExportFormat.values:
+        raise ExportError(f"format {fmt!r} is not one of {', '.join(ExportFormat.values)}")
+    export = SFTExport.objects.create(
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+        filters=export_filters(filters or {}),
+        fmt=fmt,
+    )
+    if enqueue:
+        export_id = export.pk
+        transaction.on_commit(lambda: _enqueue(export_id))
+    return export
+
+
+def _enqueue(export_id: int) -> None:
+    from training.tasks import sft_export_task
+
+    try:
+        sft_export_task.apply_async((export_id,), queue=EXPORT_QUEUE)
+    except KombuOperationalError as exc:
+        # Never run inline in the web process: say so on the row instead.
+        log.warning("could not queue SFT export %s: %s", export_id, exc)
+        SFTExport.objects.filter(pk=export_id, status=ExportStatus.QUEUED).update(
+            status=ExportStatus.FAILED, error=f"not queued: {exc}", finished_at=timezone.now()
+        )
+
+
+def export_path(export: SFTExport) -> Path:
+    return settings.DATA_DIR / "exports" / f"sft-{export.pk:06d}-{export.fmt}.jsonl"
+
+
+@dataclass
+class _Written:
+    episodes: int = 0
+    records: int = 0
+    skipped: int = 0
+    renderings: dict[str, int] = field(default_factory=dict)
+    items: list[SFTExportEpisode] = field(default_factory=list)
+
+
+def sft_export_run(*, export_id: int) -> SFTExport | None:
+    """Write the export's file and provenance; a finished export is left exactly as it is."""
+    export = _export_claim(export_id)
+    if export is None:
+        return SFTExport.objects.filter(pk=export_id).first()
+    target = export_path(export)
+    # A name of its own per run: a duplicate delivery must not write into this one's file.
+    partial = target.with_name(f"{target.name}.{uuid.uuid4().hex[:12]}.partial")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest, size, written = _file_write(export, partial)
+        _export_finish(export, partial, target, digest, size, written)
+    except Exception as exc:
+        log.exception("SFT export %s failed", export_id)
+        partial.unlink(missing_ok=True)
+        SFTExport.objects.filter(pk=export_id, status=ExportStatus.RUNNING).update(
+            status=ExportStatus.FAILED,
+            error=f"{type(exc).__name__}: {exc}",
+            finished_at=timezone.now(),
+        )
+    export.refresh_from_db()
+    return export
+
+
+@transaction.atomic
+def _export_claim(export_id: int) -> SFTExport | None:
+    export = SFTExport.objects.select_for_update().filter(pk=export_id).first()
+    if export is None or export.is_finished:
+        return None
+    export.status = ExportStatus.RUNNING
+    export.save(update_fields=["status"])
+    return export
+
+
+def _export_episodes(export: SFTExport) -> Iterator[list[Episode]]:
+    """The matching episodes in id order, CHUNK at a time, with what rendering reads."""
+    ids = list(
+        episodes_matching(filters=export.filters).order_by("pk").values_list("pk", flat=True)
+    )
+    for start in range(0, len(ids), CHUNK):
+        chunk = Episode.objects.filter(pk__in=ids[start : start + CHUNK]).order_by("pk")
+        yield list(chunk.select_related("batch__policy", "group"))
+
+
+def _file_write(export: SFTExport, partial: Path) -> tuple[str, int, _Written]:
+    written = _Written()
+    digest = hashlib.sha256()
+    size = 0
+    with open(partial, "wb") as sink:
+        for chunk in _export_episodes(export):
+            rows = sft.rows_load(chunk, fmt=export.fmt)
+            for episode, rendered in sft.records_render(rows, fmt=export.fmt):
+                key = rendered.how
+                written.renderings[key] = written.renderings.get(key, 0) + 1
+                if not rendered.records:
+                    written.skipped += 1
+                    continue
+                lines = [_json_line(r) for r in rendered.records]
+                blob = b"".join(lines)
+                written.items.append(
+                    SFTExportEpisode(
+                        export=export,
+                        episode=episode,
+                        first_line=written.records,
+                        records=len(lines),
+                        sha256=hashlib.sha256(blob).hexdigest(),
+                    )
+                )
+                sink.write(blob)
+                digest.update(blob)
+                size += len(blob)
+                written.records += len(lines)
+                written.episodes += 1
+        sink.flush()
+        os.fsync(sink.fileno())
+    return digest.hexdigest(), size, written
+
+
+def _json_line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+@transaction.atomic
+def _export_finish(
+    export: SFTExport, partial: Path, target: Path, digest: str, size: int, written: _Written
+) -> None:
+    current = SFTExport.objects.select_for_update().get(pk=export.pk)
+    if current.status != ExportStatus.RUNNING:  # another run of a duplicate task finished
+        partial.unlink(missing_ok=True)
+        return
+    SFTExportEpisode.objects.filter(export=export).delete()  # left by a crashed attempt
+    SFTExportEpisode.objects.bulk_create(written.items, batch_size=2_000)
+    finished = timezone.now()
+    manifest = {
+        "export": export.pk,
+        "format": export.fmt,
+        "filters": export.filters,
+        "file": target.name,
+        "bytes": size,
+        "sha256": digest,
+        "episodes": written.episodes,
+        "records": written.records,
+        "skipped": written.skipped,
+        "renderings": dict(sorted(written.renderings.items())),
+        "episode_ids_sha256": _ids_digest(item.episode_id for item in written.items),
+        "created_at": export.created_at.isoformat(),
+        "finished_at": finished.isoformat(),
+    }
+    SFTExport.objects.filter(pk=export.pk).update(
+        status=ExportStatus.DONE,
+        episodes=written.episodes,
+        records=written.records,
+        skipped=written.skipped,
+        manifest=manifest,
+        file_path=str(target),
+        finished_at=finished,
+        error="",
+    )
+    # Last, so a failure above leaves no file under the final name; a failed commit after
+    # it leaves a file that the export's next run (it is still running) replaces.
+    os.replace(partial, target)
+
+
+def _ids_digest(ids: Iterator[int]) -> str:
+    return hashlib.sha256(",".join(str(i) for i in ids).encode()).hexdigest()

@@ -1,0 +1,298 @@
+"""Episodes as SFT records: chat messages with tools, or token ids with loss labels.
+
+Chat records are the conversation as the policy saw it, in the OpenAI format TRL's
+SFTTrainer takes ({"messages": [...], "tools": [...]}):
+
+- An LLM episode sent as chat completions: the last successful call's request messages
+  plus its reply. The conversation is append-only, so that prompt holds everything before.
+- An LLM episode sent token-in (the default; its requests hold token ids, not messages),
+  and a baseline episode (no model calls): rebuilt from the Turn rows the way
+  `harness.llm.chat_policy.ChatPolicy` builds its conversation: the system prompt (or the
+  group's prefix messages), the turn-0 observation, then per turn the assistant's reply
+  (the recorded reply, or for the baseline the turn's tool calls in OpenAI form) and the
+  results: one tool message per call and the WORKINGMEMORY as a user message. The final
+  observation is left out: no model ever saw it.
+
+Turn rows keep the observation text whole, not each call's result, so the per-call results
+are recovered by splitting the text at the "[tool_name] " headers the harness writes
+(`harness.env._results_text`). When a split is ambiguous (a result that itself contains the
+next header), that turn gets one tool message with all its results, and the manifest
+counts it.
+
+Token records are the prefix-merged training sequences of the recorded calls
+(`harness.llm.reconstruct`): input_ids, labels (-100 where not sampled) and attention_mask;
+a chain break starts another record. Baseline episodes have no tokens and are skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness_app.harness.ablation import Ablation
+from harness_app.harness.env import HarnessConfig
+from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
+from harness_app.harness.llm.reconstruct import CallTokens, reconstruct_prefix_merged
+from harness_app.harness.tools import tool_specs
+from harness_app.models import PolicyKind, ToolCallFormat
+from trajectories.models import Episode, ModelCall, RolloutBatch, Turn, unpack_floats, unpack_ints
+
+IGNORE_INDEX = -100  # what Hugging Face losses skip
+WM_HEADER = "\n\n<WORKINGMEMORY>\n"
+
+
+@dataclass
+class EpisodeRows:
+    """What rendering one episode needs, loaded in bulk for a chunk of episodes."""
+
+    episode: Episode
+    # (index, tool calls, observation, per-call tool results)
+    turns: list[tuple[int, list[dict[str, Any]], str, list[dict[str, Any]]]] = field(
+        default_factory=list
+    )
+    replies: dict[int, dict[str, Any]] = field(default_factory=dict)  # turn_index → message
+    last_request: dict[str, Any] | None = None
+    calls: list[CallTokens] = field(default_factory=list)
+
+
+@dataclass
+class Rendered:
+    records: list[dict[str, Any]]
+    how: str  # for the manifest: request_messages, turns, turns_merged_results, skipped:…
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+def rows_load(episodes: list[Episode], *, fmt: str) -> list[EpisodeRows]:
+    """Three queries for the whole chunk, whatever its size."""
+    rows = {e.pk: EpisodeRows(episode=e) for e in episodes}
+    if fmt == "tokens":
+        _calls_load(rows)
+        return list(rows.values())
+    turns = Turn.objects.filter(episode_id__in=rows).order_by("episode_id", "index")
+    for episode_id, index, calls, observation, results in turns.values_list(
+        "episode_id", "index", "tool_calls", "observation", "tool_results"
+    ):
+        rows[episode_id].turns.append((index, calls, observation, results))
+    _replies_load(rows)
+    return list(rows.values())
+
+
+def _successful_calls(rows: dict[int, EpisodeRows]) -> Any:
+    return ModelCall.objects.filter(episode_id__in=rows, error="").order_by("episode_id", "pk")
+
+
+def _replies_load(rows: dict[int, EpisodeRows]) -> None:
+    last: dict[int, int] = {}
+    for pk, episode_id, turn_index, response in _successful_calls(rows).values_list(
+        "pk", "episode_id", "turn_index", "response"
+    ):
+        rows[episode_id].replies[turn_index] = _assistant(response)
+        last[episode_id] = pk
+    requests = ModelCall.objects.filter(pk__in=last.values()).values_list("episode_id", "request")
+    for episode_id, request in requests:
+        rows[episode_id].last_request = request
+
+
+def _calls_load(rows: dict[int, EpisodeRows]) -> None:
+    fields = (
+        "pk",
+        "episode_id",
+        "prompt_token_ids_blob",
+        "completion_token_ids_blob",
+        "completion_logprobs_blob",
+        "policy_version",
+    )
+    for pk, episode_id, prompt, completion, logprobs, version in _successful_calls(
+        rows
+    ).values_list(*fields):
+        rows[episode_id].calls.append(
+            CallTokens(
+                pk, unpack_ints(prompt), unpack_ints(completion), unpack_floats(logprobs), version
+            )
+        )
+
+
+def _assistant(response: dict[str, Any]) -> dict[str, Any]:
+    """The reply as ChatPolicy appends it to its conversation (content and tool calls)."""
+    choice = (response.get("choices") or [{}])[0]
+    message = {"content": choice["text"]} if "text" in choice else choice.get("message") or {}
+    assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+    if message.get("tool_calls"):
+        assistant["tool_calls"] = message["tool_calls"]
+    return assistant
+
+
+# --- chat records -----------------------------------------------------------------------
+
+
+def batch_tools(batch: RolloutBatch) -> list[dict[str, Any]]:
+    """The tool schemas the batch's harness offered (they depend on its ablation)."""
+    config = HarnessConfig(max_turns=batch.max_turns)
+    return [s.schema() for s in tool_specs(config.tool_limits, Ablation.from_json(batch.ablation))]
+
+
+def system_message(version: str, fmt: str, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The system message ChatPolicy opens with (its `_system_message`; a test checks that
+    the two agree)."""
+    text = SYSTEM_PROMPTS[version]
+    if fmt == ToolCallFormat.JSON_SCHEMA:
+        described = "\n".join(json.dumps(t["function"], sort_keys=True) for t in tools)
+        text += (
+            "\n\nReply with exactly one JSON object "
+            '{"tool": <tool name>, "arguments": {...}}. The tools:\n' + described
+        )
+    return {"role": "system", "content": text}
+
+
+def chat_render(rows: EpisodeRows, tools: list[dict[str, Any]]) -> Rendered:
+    request = rows.last_request
+    if request is not None and "messages" in request:
+        last = max(rows.replies)
+        messages = [*request["messages"], rows.replies[last]]
+        return Rendered(
+            [{"messages": messages, "tools": request.get("tools") or []}], "request_messages"
+        )
+    if len(rows.turns) < 2:
+        return Rendered([], "skipped:no_actions")
+    policy = rows.episode.batch.policy
+    fmt = (
+        ToolCallFormat.OPENAI_TOOLS
+        if policy.kind == PolicyKind.BASELINE
+        else policy.tool_call_format
+    )
+    version = policy.system_prompt_version if policy.kind != PolicyKind.BASELINE else "v1"
+    opening = rows.episode.group.prefix_messages or [system_message(version, fmt, tools)]
+    messages, merged = _conversation(rows, list(opening), fmt)
+    offered = tools if fmt == ToolCallFormat.OPENAI_TOOLS else []
+    return Rendered(
+        [{"messages": messages, "tools": offered}], "turns_merged_results" if merged else "turns"
+    )
+
+
+def _conversation(
+    rows: EpisodeRows, messages: list[dict[str, Any]], fmt: str
+) -> tuple[list[dict[str, Any]], bool]:
+    """The conversation from the turn rows; also whether any turn's results were merged."""
+    turns = rows.turns
+    messages.append({"role": "user", "content": turns[0][2]})
+    merged = False
+    for position, (index, calls, observation, stored) in enumerate(turns[1:], start=1):
+        reply = rows.replies.get(index - 1) or _assistant_from_calls(calls)
+        messages.append(reply)
+        if position == len(turns) - 1:
+            break  # the final observation was never shown to the model
+        if fmt != ToolCallFormat.OPENAI_TOOLS or not _replied_with_calls(reply):
+            messages.append({"role": "user", "content": observation})
+            continue
+        results, working_memory = split_observation(observation, calls)
+        if len(stored) == len(calls):
+            # Rows written since tool results are stored: each call's result exactly.
+            results = [str(r.get("content", "")) for r in stored]
+        merged = merged or len(results) != len(calls)
+        ids = [str(c.get("call_id", "")) for c in calls]
+        messages.extend(
+            {"role": "tool", "tool_call_id": i, "content": r}
+            for i, r in zip(ids, results, strict=False)
+        )
+        messages.append({"role": "user", "content": working_memory})
+    return messages, merged
+
+
+def _replied_with_calls(reply: dict[str, Any]) -> bool:
+    # ChatPolicy answers with tool messages only when it parsed calls from the reply: the
+    # server's tool_calls, or hermes <tool_call> blocks left in the text.
+    return bool(reply.get("tool_calls")) or "<tool_call>" in (reply.get("content") or "")
+
+
+def _assistant_from_calls(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """A baseline turn's actions as an OpenAI assistant message (arguments as JSON text)."""
+    tool_calls = [
+        {
+            "id": str(call.get("call_id") or f"call_{i}"),
+            "type": "function",
+            "function": {"name": str(call.get("name", "")), "arguments": _arguments(call)},
+        }
+        for i, call in enumerate(calls)
+    ]
+    return {"role": "assistant", "content": "", "tool_calls": tool_calls}
+
+
+def _arguments(call: dict[str, Any]) -> str:
+    arguments = call.get("arguments", {})
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def split_observation(observation: str, calls: list[dict[str, Any]]) -> tuple[list[str], str]:
+    """(each call's result text, the WORKINGMEMORY) from a turn's whole observation.
+
+    The harness writes "[name] result" per call, joined by blank lines, then the WM. When
+    the headers cannot be placed unambiguously, one string holds all the results.
+    """
+    cut = observation.rfind(WM_HEADER)
+    if cut < 0:
+        return [], observation
+    results_text, working_memory = observation[:cut], observation[cut + 2 :]
+    headers = [f"[{c.get('name') or 'no tool'}] " for c in calls]
+    parts = _split_results(results_text, headers)
+    return (parts if parts is not None else [results_text]), working_memory
+
+
+def _split_results(text: str, headers: list[str]) -> list[str] | None:
+    if not headers or not text.startswith(headers[0]):
+        return None
+    separators = Counter("\n\n" + h for h in headers[1:])
+    # Unambiguous only if each separator occurs exactly as often as calls need it.
+    if any(text.count(sep) != n for sep, n in separators.items()):
+        return None
+    cuts = sorted(i for sep in separators for i in _occurrences(text, sep))
+    bounds = [0, *cuts, len(text)]
+    chunks = [text[a:b].removeprefix("\n\n") for a, b in itertools.pairwise(bounds)]
+    if any(not chunk.startswith(h) for chunk, h in zip(chunks, headers, strict=True)):
+        return None
+    return [chunk.removeprefix(h) for chunk, h in zip(chunks, headers, strict=True)]
+
+
+def _occurrences(text: str, needle: str) -> Iterator[int]:
+    start = text.find(needle)
+    while start >= 0:
+        yield start
+        start = text.find(needle, start + 1)
+
+
+# --- token records ----------------------------------------------------------------------
+
+
+def tokens_render(rows: EpisodeRows) -> Rendered:
+    if not rows.calls:
+        return Rendered([], "skipped:no_token_ids")
+    segments, breaks = reconstruct_prefix_merged(rows.calls)
+    records = [
+        {
+            "input_ids": s.token_ids,
+            "labels": [
+                t if m else IGNORE_INDEX for t, m in zip(s.token_ids, s.loss_mask, strict=True)
+            ],
+            "attention_mask": [1] * len(s.token_ids),
+        }
+        for s in segments
+        if s.sampled_tokens
+    ]
+    return Rendered(records, "tokens_with_breaks" if breaks else "tokens")
+
+
+def records_render(rows: Iterable[EpisodeRows], *, fmt: str) -> Iterator[tuple[Episode, Rendered]]:
+    tools: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        if fmt == "tokens":
+            yield row.episode, tokens_render(row)
+            continue
+        batch = row.episode.batch
+        if batch.pk not in tools:
+            tools[batch.pk] = batch_tools(batch)
+        yield row.episode, chat_render(row, tools[batch.pk])

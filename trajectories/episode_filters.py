@@ -1,0 +1,114 @@
+"""Episode filters as plain data: checked once, then applied by the UI's own list query.
+
+The API's query parameters, an SFT export's saved filters, `export_sft --filter key=value`
+and bulk annotation actions all describe episodes the same way, so one function checks
+them (naming the bad key) and one applies them. Applying reuses the researcher list's
+`selectors_ui.episode_list_queryset`, so the API and the pages can never disagree about
+what a filter means; the annotation status is read from the denormalised Episode column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.db.models import QuerySet
+
+from trajectories.models import AnnotationStatus, Episode, EpisodeStatus
+from trajectories.selectors_ui import RANGE_FIELDS, episode_list_queryset
+
+ID_FILTERS = ("batch", "benchmark", "policy", "query")
+TEXT_FILTERS = ("termination_reason", "ablation", "q")
+CHOICE_FILTERS: dict[str, list[str]] = {
+    "status": list(EpisodeStatus.values),
+    "annotation_status": list(AnnotationStatus.values),
+}
+RANGE_FILTERS = tuple(f"{name}_{end}" for name in RANGE_FIELDS for end in ("min", "max"))
+FILTER_KEYS = (*ID_FILTERS, *TEXT_FILTERS, *CHOICE_FILTERS, *RANGE_FILTERS)
+
+
+class EpisodeFilterError(ValueError):
+    """A filter that cannot be applied; `key` names it and the message says why."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"filter {key!r}: {message}")
+        self.key = key
+        self.detail = message
+
+
+def _as_id(key: str, value: Any) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise EpisodeFilterError(key, f"expected an integer id, got {value!r}") from None
+    if number < 1:
+        raise EpisodeFilterError(key, f"ids are positive, got {number}")
+    return number
+
+
+def _as_float(key: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise EpisodeFilterError(key, f"expected a number, got {value!r}") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise EpisodeFilterError(key, f"expected a finite number, got {value!r}")
+    return number
+
+
+def _as_text(key: str, value: Any) -> str:
+    text = str(value).strip()
+    if len(text) > 500:
+        raise EpisodeFilterError(key, "at most 500 characters")
+    if "\x00" in text:
+        raise EpisodeFilterError(key, "NUL characters are not allowed")
+    return text
+
+
+def _choice(key: str) -> Callable[[str, Any], str]:
+    def check(_: str, value: Any) -> str:
+        text = str(value).strip()
+        if text not in CHOICE_FILTERS[key]:
+            raise EpisodeFilterError(
+                key, f"{text!r} is not one of {', '.join(CHOICE_FILTERS[key])}"
+            )
+        return text
+
+    return check
+
+
+_PARSERS: dict[str, Callable[[str, Any], Any]] = {
+    **dict.fromkeys(ID_FILTERS, _as_id),
+    **dict.fromkeys(TEXT_FILTERS, _as_text),
+    **{key: _choice(key) for key in CHOICE_FILTERS},
+    **dict.fromkeys(RANGE_FILTERS, _as_float),
+}
+
+
+def episode_filters_clean(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Typed filters from strings (query parameters, `key=value`) or JSON values.
+
+    Empty values mean "no filter" and are dropped; an unknown key is an error rather than
+    silently matching everything.
+    """
+    cleaned: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in _PARSERS:
+            raise EpisodeFilterError(key, f"unknown filter; use one of {', '.join(FILTER_KEYS)}")
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        cleaned[key] = _PARSERS[key](key, value)
+    for name in RANGE_FIELDS:
+        low, high = cleaned.get(f"{name}_min"), cleaned.get(f"{name}_max")
+        if low is not None and high is not None and low > high:
+            raise EpisodeFilterError(f"{name}_min", f"{low} is above {name}_max {high}")
+    return cleaned
+
+
+def episodes_matching(*, filters: Mapping[str, Any]) -> QuerySet[Episode]:
+    """Episodes matching cleaned filters (see `episode_filters_clean`), newest first."""
+    shared = {k: v for k, v in filters.items() if k != "annotation_status"}
+    episodes = episode_list_queryset(filters=shared)
+    if filters.get("annotation_status"):
+        episodes = episodes.filter(annotation_status=filters["annotation_status"])
+    return episodes.order_by("-pk")

@@ -1,0 +1,161 @@
+"""Forms of the researcher pages: the episode list's filters and the batch launch form."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django import forms
+from django.db.models import Model
+
+from harness_app.harness.ablation import MECHANISMS
+from harness_app.models import Benchmark, PolicyConfig
+from trajectories.models import AnnotationStatus, EpisodeStatus, TerminationPolicy
+from trajectories.selectors_ui import RANGE_FIELDS, SORTS
+from trajectories.services import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
+
+# The reasons docs/rollouts.md lists, offered as suggestions; any recorded reason filters.
+KNOWN_REASONS = (
+    "end_search",
+    "max_turns",
+    "context_budget",
+    "format_errors",
+    "no_tool_call",
+    "context_overflow",
+    "model_unreachable",
+    "model_timeout",
+    "model_server_error",
+    "model_bad_request",
+    "model_bad_response",
+    "token_capture_missing",
+    "token_count_mismatch",
+    "time_limit",
+    "error",
+    "cancelled",
+)
+RATIO_FIELDS = ("curated_recall", "final_answer_recall", "trajectory_recall")
+SORT_LABELS = {
+    "newest": "Newest first",
+    "oldest": "Oldest first",
+    "reward_desc": "Reward, high to low",
+    "reward_asc": "Reward, low to high",
+    "curated_recall_desc": "Curated recall, high to low",
+    "curated_recall_asc": "Curated recall, low to high",
+    "final_answer_recall_desc": "Final-answer recall, high to low",
+    "trajectory_recall_desc": "Trajectory recall, high to low",
+    "turns_desc": "Most turns",
+    "turns_asc": "Fewest turns",
+}
+
+
+def _range_field(name: str, bound: str) -> forms.Field:
+    label = f"{name.replace('_', ' ')} {bound}"
+    if name in RATIO_FIELDS:
+        attrs = {"step": "0.01", "min": "0", "max": "1", "inputmode": "decimal"}
+        return forms.FloatField(required=False, label=label, widget=forms.NumberInput(attrs))
+    if name == "reward":
+        return forms.FloatField(
+            required=False, label=label, widget=forms.NumberInput({"step": "0.01"})
+        )
+    return forms.IntegerField(required=False, min_value=0, label=label)
+
+
+class EpisodeFilterForm(forms.Form):
+    """GET parameters of the episode list; the URL is the permalink of a filter."""
+
+    q = forms.CharField(required=False, max_length=200, label="Query text contains")
+    batch = forms.IntegerField(required=False, min_value=1, label="Batch #")
+    benchmark = forms.ModelChoiceField(
+        Benchmark.objects.only("pk", "name").order_by("name"),
+        required=False,
+        empty_label="any",
+    )
+    policy = forms.ModelChoiceField(
+        PolicyConfig.objects.only("pk", "name").order_by("name"),
+        required=False,
+        empty_label="any",
+    )
+    ablation = forms.CharField(required=False, max_length=200, label="Ablation label")
+    status = forms.ChoiceField(required=False, choices=[("", "any"), *EpisodeStatus.choices])
+    termination_reason = forms.CharField(
+        required=False,
+        max_length=40,
+        widget=forms.TextInput({"list": "termination-reasons"}),
+    )
+    annotation_status = forms.ChoiceField(
+        required=False, choices=[("", "any"), *AnnotationStatus.choices], label="Annotation"
+    )
+    query = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    sort = forms.ChoiceField(
+        required=False, choices=[(k, SORT_LABELS[k]) for k in SORTS], initial="newest"
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in RANGE_FIELDS:
+            self.fields[f"{name}_min"] = _range_field(name, "min")
+            self.fields[f"{name}_max"] = _range_field(name, "max")
+
+    @property
+    def known_reasons(self) -> tuple[str, ...]:
+        return KNOWN_REASONS
+
+    def range_pairs(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
+        return [(self[f"{n}_min"], self[f"{n}_max"]) for n in RANGE_FIELDS]
+
+    def filters(self) -> dict[str, Any]:
+        """The valid filters; an invalid field is reported on the form and ignored."""
+        self.is_valid()
+        return dict(getattr(self, "cleaned_data", {}))
+
+    def query_string(self) -> str:
+        """The filters as a canonical query string (no page), for permalinks."""
+        pairs = []
+        for name, value in self.filters().items():
+            if value in (None, ""):
+                continue
+            pairs.append((name, value.pk if isinstance(value, Model) else value))
+        return urlencode(pairs)
+
+
+class SavedFilterForm(forms.Form):
+    name = forms.CharField(max_length=100, label="Save this filter as")
+    query_string = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
+
+
+class BatchLaunchForm(forms.Form):
+    """Launch parameters. The bounds live in services.batch_create, which reports a bad
+    value as BatchParameterError; the view shows it on the field it names."""
+
+    benchmark = forms.ModelChoiceField(Benchmark.objects.order_by("name"))
+    policy = forms.ModelChoiceField(PolicyConfig.objects.order_by("name"))
+    samples_per_query = forms.IntegerField(
+        initial=4,
+        help_text="Samples per query: the group size for group-relative advantages.",
+        widget=forms.NumberInput({"min": 1, "max": MAX_SAMPLES_PER_QUERY}),
+    )
+    query_limit = forms.IntegerField(
+        required=False, help_text="Run only the first N queries; empty runs them all."
+    )
+    max_turns = forms.IntegerField(
+        initial=40, widget=forms.NumberInput({"min": 1, "max": MAX_TURNS_LIMIT})
+    )
+    termination_policy = forms.ChoiceField(
+        choices=TerminationPolicy.choices, initial=TerminationPolicy.MAX_TURNS
+    )
+    ablate = forms.MultipleChoiceField(
+        required=False,
+        choices=[(m, m.replace("_", " ")) for m in MECHANISMS],
+        widget=forms.CheckboxSelectMultiple,
+        label="Switch off",
+        help_text="Mechanisms to ablate; none checked runs the full harness.",
+    )
+
+    def error_field(self, message: str) -> str | None:
+        """The field a BatchParameterError message is about, or None for the whole form."""
+        if message.startswith("unknown mechanism"):
+            return "ablate"
+        for name in self.fields:
+            if message.startswith(name):
+                return name
+        return None

@@ -1,0 +1,155 @@
+"""Token strips of an episode's model calls: ids, logprobs and the loss mask, per turn.
+
+There is no tokenizer here, so a token shows its id, or its text where the server returned
+it with the logprobs. The loss mask is the one training sees: calls are merged into chains
+by prefix (`reconstruct_prefix_merged`), so a call's new prompt tokens (tool results,
+template markup) are masked and only its sampled tokens are trained on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness_app.harness.llm.reconstruct import CallTokens, Segment, reconstruct_prefix_merged
+from trajectories.models import Episode, ModelCall
+
+MASKED_TAIL = 48  # masked tokens shown before a completion; the rest are counted
+SAMPLED_CAP = 1024  # completion tokens drawn per call
+
+
+def call_content(response: Mapping[str, Any]) -> str:
+    """The assistant's text in a chat or completion response."""
+    choice = (response.get("choices") or [{}])[0] if response else {}
+    message = choice.get("message") or {}
+    content = message.get("content") if message else choice.get("text")
+    return str(content or "")
+
+
+@dataclass(frozen=True)
+class Token:
+    token_id: int
+    logprob: float | None  # None for masked (prompt-side) tokens
+    trained: bool  # the loss mask: 1 where the token was sampled by the policy
+    text: str | None
+
+    @property
+    def bucket(self) -> int:
+        """0 (confident) .. 4 (surprising): the colour of a sampled token."""
+        if self.logprob is None:
+            return -1
+        for bucket, floor in enumerate((-0.1, -0.5, -1.5, -3.0)):
+            if self.logprob >= floor:
+                return bucket
+        return 4
+
+    @property
+    def probability(self) -> float | None:
+        return None if self.logprob is None else math.exp(self.logprob)
+
+
+@dataclass(frozen=True)
+class TokenStrip:
+    call_id: int
+    chain: int  # which reconstructed training sequence the call belongs to
+    break_reason: str  # why the call started a new chain; "" when it extended one
+    masked_before: int  # masked tokens between the previous completion and this one
+    masked_tail: list[Token]
+    sampled: list[Token]
+    sampled_total: int
+    content: str
+
+    @property
+    def masked_hidden(self) -> int:
+        """Masked tokens before the shown tail, counted but not drawn."""
+        return self.masked_before - len(self.masked_tail)
+
+
+def token_strips(*, episode: Episode, turn_index: int) -> list[TokenStrip]:
+    """The turn's model calls as token strips, masked and sampled, by prefix merging.
+
+    Reads every successful call of the episode (one query): the loss mask of a turn's call
+    depends on the chain built from the calls before it.
+    """
+    calls = list(ModelCall.objects.filter(episode=episode, error="").order_by("pk"))
+    chains, breaks = reconstruct_prefix_merged(
+        CallTokens(
+            c.pk,
+            c.prompt_token_ids,
+            c.completion_token_ids,
+            c.completion_logprobs,
+            c.policy_version,
+        )
+        for c in calls
+    )
+    reasons = {b.call_id: b.reason for b in breaks}
+    by_id = {c.pk: c for c in calls}
+    strips = []
+    for number, chain in enumerate(chains):
+        for call_id, start, prompt_end, end in _call_spans(chain, by_id):
+            call = by_id[call_id]
+            if call.turn_index == turn_index:
+                strips.append(
+                    _strip(call, chain, number, reasons.get(call_id, ""), start, prompt_end, end)
+                )
+    return strips
+
+
+def _call_spans(
+    chain: Segment, calls: Mapping[Any, ModelCall]
+) -> Iterable[tuple[Any, int, int, int]]:
+    # After call k a chain holds exactly prompt_k + completion_k, so each call's tokens are
+    # the span from the previous call's end to its own.
+    start = 0
+    for call_id in chain.call_ids:
+        call = calls[call_id]
+        prompt_end = len(call.prompt_token_ids)
+        end = prompt_end + len(call.completion_token_ids)
+        yield call_id, start, prompt_end, end
+        start = end
+
+
+def _strip(
+    call: ModelCall,
+    chain: Segment,
+    number: int,
+    reason: str,
+    start: int,
+    prompt_end: int,
+    end: int,
+) -> TokenStrip:
+    texts = _token_texts(call.response, end - prompt_end)
+    masked_from = max(start, prompt_end - MASKED_TAIL)
+    masked = [
+        Token(chain.token_ids[i], None, bool(chain.loss_mask[i]), None)
+        for i in range(masked_from, prompt_end)
+    ]
+    sampled = [
+        Token(
+            chain.token_ids[i],
+            chain.logprobs[i],
+            bool(chain.loss_mask[i]),
+            texts[i - prompt_end] if texts else None,
+        )
+        for i in range(prompt_end, min(end, prompt_end + SAMPLED_CAP))
+    ]
+    return TokenStrip(
+        call_id=call.pk,
+        chain=number,
+        break_reason=reason,
+        masked_before=prompt_end - start,
+        masked_tail=masked,
+        sampled=sampled,
+        sampled_total=end - prompt_end,
+        content=call_content(call.response),
+    )
+
+
+def _token_texts(response: Mapping[str, Any], count: int) -> list[str] | None:
+    """The sampled tokens' text from the logprobs the server returned, when it did."""
+    choice = (response.get("choices") or [{}])[0] if response else {}
+    items = (choice.get("logprobs") or {}).get("content") or []
+    texts = [str(item.get("token", "")) for item in items if isinstance(item, dict)]
+    return texts if len(texts) == count else None

@@ -1,0 +1,308 @@
+"""API input and output shapes for batches, episodes and annotations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from harness_app.harness.ablation import MECHANISMS
+from harness_app.models import Benchmark, PolicyConfig
+from trajectories.annotations import MAX_OVERLAP
+from trajectories.models import (
+    Annotation,
+    AnnotationBulkAction,
+    AnnotationLabel,
+    Episode,
+    ModelCall,
+    RolloutBatch,
+    TerminationPolicy,
+    Turn,
+)
+
+# --- batches --------------------------------------------------------------------------------
+
+
+class BatchCreateSerializer(serializers.Serializer[Any]):
+    """Types only: the ranges and the rest are checked by services.batch_create."""
+
+    benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
+    policy = serializers.PrimaryKeyRelatedField(queryset=PolicyConfig.objects.all())
+    samples_per_query = serializers.IntegerField(default=1, help_text="1 to 64")
+    max_turns = serializers.IntegerField(default=40, help_text="1 to 200")
+    termination_policy = serializers.ChoiceField(
+        choices=TerminationPolicy.choices, default=TerminationPolicy.MAX_TURNS
+    )
+    ablate = serializers.ListField(
+        child=serializers.ChoiceField(choices=MECHANISMS),
+        default=list,
+        help_text="mechanisms to switch off",
+    )
+    query_limit = serializers.IntegerField(required=False, allow_null=True, default=None)
+    reward_weights = serializers.DictField(default=dict)
+
+
+class BatchSerializer(serializers.ModelSerializer[RolloutBatch]):
+    benchmark_name = serializers.CharField(source="benchmark.name", read_only=True)
+    policy_name = serializers.CharField(source="policy.name", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", default=None)
+    progress = serializers.FloatField(help_text="finished episodes / total, 0 to 1")
+
+    class Meta:
+        model = RolloutBatch
+        fields = [
+            "id",
+            "status",
+            "benchmark",
+            "benchmark_name",
+            "policy",
+            "policy_name",
+            "ablation_label",
+            "ablation",
+            "samples_per_query",
+            "max_turns",
+            "termination_policy",
+            "query_limit",
+            "reward_weights",
+            "episodes_total",
+            "episodes_completed",
+            "episodes_failed",
+            "progress",
+            "created_by",
+            "created_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class BatchStatusSerializer(BatchSerializer):
+    summary = serializers.SerializerMethodField()
+
+    class Meta(BatchSerializer.Meta):
+        fields = [*BatchSerializer.Meta.fields, "summary"]
+
+    def get_summary(self, batch: RolloutBatch) -> dict[str, Any]:
+        """Termination reasons, first errors and metric means over completed episodes."""
+        return dict(self.context.get("summary") or {})
+
+
+class BatchCancelSerializer(serializers.Serializer[Any]):
+    cancelled = serializers.IntegerField(help_text="pending episodes that will never start")
+    status = serializers.CharField()
+
+
+# --- episodes -------------------------------------------------------------------------------
+
+
+class EpisodeSerializer(serializers.ModelSerializer[Episode]):
+    benchmark = serializers.IntegerField(source="batch.benchmark_id", read_only=True)
+    policy = serializers.IntegerField(source="batch.policy_id", read_only=True)
+    query_external_id = serializers.CharField(source="query.external_id", read_only=True)
+    question = serializers.CharField(source="query.text", read_only=True)
+
+    class Meta:
+        model = Episode
+        fields = [
+            "id",
+            "batch",
+            "group",
+            "benchmark",
+            "policy",
+            "query",
+            "query_external_id",
+            "question",
+            "sample_index",
+            "status",
+            "termination_reason",
+            "reward",
+            "curated_recall",
+            "trajectory_recall",
+            "final_answer_recall",
+            "tool_diversity",
+            "turns",
+            "format_errors",
+            "annotation_status",
+            "annotation_count",
+            "policy_version",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class TurnSerializer(serializers.ModelSerializer[Turn]):
+    state = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Turn
+        fields = [
+            "index",
+            "tool_calls",
+            "observation",
+            "state",
+            "curated_recall",
+            "trajectory_recall",
+            "final_answer_recall",
+            "format_errors",
+            "harness_ms",
+            "policy_ms",
+        ]
+        read_only_fields = fields
+
+    def get_state(self, turn: Turn) -> dict[str, Any]:
+        """The full harness state after this turn (deltas applied)."""
+        states: list[dict[str, Any]] = self.context["states"]
+        return states[turn.index] if turn.index < len(states) else {}
+
+
+class ModelCallSerializer(serializers.ModelSerializer[ModelCall]):
+    prompt_token_ids = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    completion_token_ids = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    completion_logprobs = serializers.ListField(child=serializers.FloatField(), read_only=True)
+
+    class Meta:
+        model = ModelCall
+        fields = [
+            "id",
+            "turn_index",
+            "request",
+            "response",
+            "prompt_token_ids",
+            "completion_token_ids",
+            "completion_logprobs",
+            "finish_reason",
+            "usage",
+            "latency_ms",
+            "policy_version",
+            "error",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class EpisodeDetailSerializer(EpisodeSerializer):
+    turn_rows = serializers.SerializerMethodField()
+    model_calls = serializers.SerializerMethodField()
+
+    class Meta(EpisodeSerializer.Meta):
+        fields = [
+            *EpisodeSerializer.Meta.fields,
+            "attempts",
+            "error",
+            "metrics",
+            "reward_components",
+            "timings",
+            "turn_rows",
+            "model_calls",
+        ]
+        read_only_fields = fields
+
+    def get_turn_rows(self, episode: Episode) -> list[dict[str, Any]]:
+        turns = self.context["turns"]
+        return list(TurnSerializer(turns, many=True, context=self.context).data)
+
+    def get_model_calls(self, episode: Episode) -> list[dict[str, Any]]:
+        return list(ModelCallSerializer(self.context["calls"], many=True).data)
+
+
+# --- annotations ----------------------------------------------------------------------------
+
+
+class AnnotationSerializer(serializers.ModelSerializer[Annotation]):
+    annotator = serializers.CharField(source="annotator.username", read_only=True)
+
+    class Meta:
+        model = Annotation
+        fields = [
+            "id",
+            "episode",
+            "annotator",
+            "label",
+            "reason",
+            "notes",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class AnnotationCreateSerializer(serializers.Serializer[Any]):
+    episode = serializers.PrimaryKeyRelatedField(queryset=Episode.objects.all())
+    label = serializers.ChoiceField(choices=AnnotationLabel.choices)  # type: ignore[assignment]
+    reason = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    notes = serializers.CharField(required=False, default="", allow_blank=True)
+
+
+class AnnotationNextSerializer(serializers.Serializer[Any]):
+    overlap = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_OVERLAP,
+        required=False,
+        help_text="distinct annotators wanted per episode (default: ANNOTATION_OVERLAP)",
+    )
+    filters = serializers.DictField(default=dict, help_text="episode filters, as for the list")
+
+
+class AssignmentSerializer(serializers.Serializer[Any]):
+    episode = EpisodeSerializer()
+    expires_at = serializers.DateTimeField()
+
+
+class BulkPreviewSerializer(serializers.Serializer[Any]):
+    filters = serializers.DictField(default=dict)
+
+
+class BulkApplySerializer(BulkPreviewSerializer):
+    label = serializers.ChoiceField(choices=AnnotationLabel.choices)  # type: ignore[assignment]
+    reason = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+
+
+class BulkCountSerializer(serializers.Serializer[Any]):
+    episodes = serializers.IntegerField()
+
+
+class BulkActionSerializer(serializers.ModelSerializer[AnnotationBulkAction]):
+    actor = serializers.CharField(source="actor.username", default=None)
+
+    class Meta:
+        model = AnnotationBulkAction
+        fields = [
+            "id",
+            "actor",
+            "filters",
+            "label",
+            "reason",
+            "episodes",
+            "created_at",
+            "undone_at",
+        ]
+        read_only_fields = fields
+
+
+class BulkUndoSerializer(serializers.Serializer[Any]):
+    restored = serializers.IntegerField(help_text="episodes whose label went back")
+
+
+class KappaPairSerializer(serializers.Serializer[Any]):
+    annotators = serializers.ListField(child=serializers.IntegerField())
+    episodes = serializers.IntegerField()
+    kappa = serializers.FloatField(allow_null=True)
+
+
+class FleissSerializer(serializers.Serializer[Any]):
+    raters = serializers.IntegerField()
+    episodes = serializers.IntegerField()
+    kappa = serializers.FloatField(allow_null=True)
+
+
+class AgreementSerializer(serializers.Serializer[Any]):
+    cohen = KappaPairSerializer(many=True)
+    fleiss = FleissSerializer()
+
+
+class RewardHackingSerializer(EpisodeSerializer):
+    rejections = serializers.IntegerField(read_only=True)
+
+    class Meta(EpisodeSerializer.Meta):
+        fields = [*EpisodeSerializer.Meta.fields, "rejections"]
+        read_only_fields = fields

@@ -1,0 +1,231 @@
+"""The researcher pages: episodes, the episode viewer, groups, comparisons and batches.
+
+Thin adapters: a form reads the request, a selector reads the rows, a service writes.
+Everything a page shows from a document, a query or a model reply goes through Django's
+autoescaping or `json_script`; the page scripts only ever set textContent.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from harness_app.models import Document
+from harness_app.roles import browse_required, researcher_required
+from trajectories import selectors_episode, selectors_tokens, selectors_ui, services, services_ui
+from trajectories.forms import BatchLaunchForm, EpisodeFilterForm, SavedFilterForm
+from trajectories.models import Episode, RolloutBatch
+from trajectories.services import BatchParameterError
+
+# --- the dashboard (the page is harness_app.views.dashboard) -------------------------------
+
+
+@browse_required
+@require_GET
+def batches_progress(request: HttpRequest) -> HttpResponse:
+    """The dashboard's batch table; htmx polls it while a batch is queued or running."""
+    batches = selectors_ui.batches_recent()
+    context = {"batches": batches, "any_active": selectors_ui.batches_any_active(batches)}
+    return render(request, "trajectories/batch_table.html", context)
+
+
+# --- episodes -------------------------------------------------------------------------------
+
+
+@browse_required
+@require_GET
+def episode_list(request: HttpRequest) -> HttpResponse:
+    form = EpisodeFilterForm(request.GET)
+    filters = form.filters()
+    context = {
+        "form": form,
+        "page": selectors_ui.episode_list_page(filters=filters, page=request.GET.get("page")),
+        "filtered": any(v not in (None, "") for k, v in filters.items() if k != "sort"),
+        "saved": selectors_ui.saved_filters_of(user=request.user),
+        "save_form": SavedFilterForm(initial={"query_string": form.query_string()}),
+    }
+    return render(request, "trajectories/episode_list.html", context)
+
+
+@browse_required
+@require_POST
+def saved_filter_create(request: HttpRequest) -> HttpResponse:
+    form = SavedFilterForm(request.POST)
+    if not form.is_valid() or not isinstance(request.user, AbstractBaseUser):
+        messages.error(request, "Give the filter a name of at most 100 characters.")
+        return redirect("episode_list")
+    # Re-read through the filter form, so only parameters the list understands are kept.
+    raw = QueryDict(form.cleaned_data["query_string"])
+    query_string = EpisodeFilterForm(raw).query_string()
+    saved = services_ui.saved_filter_save(
+        user=request.user, name=form.cleaned_data["name"], query_string=query_string
+    )
+    messages.success(request, f"Saved the filter {saved.name!r}.")
+    return redirect(f"{reverse('episode_list')}?{query_string}")
+
+
+@browse_required
+@require_POST
+def saved_filter_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    if isinstance(request.user, AbstractBaseUser):
+        services_ui.saved_filter_delete(user=request.user, pk=pk)
+    return redirect("episode_list")
+
+
+def _episode_or_404(pk: int) -> Episode:
+    episode = selectors_episode.episode_get(pk=pk)
+    if episode is None:
+        raise Http404("no such episode")
+    return episode
+
+
+@browse_required
+@require_GET
+def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    episode = _episode_or_404(pk)
+    view = selectors_episode.episode_view(episode=episode)
+    return render(request, "trajectories/episode_detail.html", {"view": view, "episode": episode})
+
+
+@browse_required
+@require_GET
+def episode_tokens(request: HttpRequest, pk: int, turn: int) -> HttpResponse:
+    """One turn's token strips; the viewer loads it when the turn is first shown."""
+    episode = _episode_or_404(pk)
+    strips = selectors_tokens.token_strips(episode=episode, turn_index=turn)
+    context = {"episode": episode, "turn": turn, "strips": strips}
+    return render(request, _fragment_or_page(request, "token_strips"), context)
+
+
+@browse_required
+@require_GET
+def episode_document(request: HttpRequest, pk: int) -> HttpResponse:
+    """A document as this episode met it: relevance grade, history, text with query terms."""
+    episode = _episode_or_404(pk)
+    doc_id = request.GET.get("doc", "")
+    document = (
+        Document.objects.filter(corpus_id=episode.batch.benchmark.corpus_id, external_id=doc_id)
+        .only("pk", "external_id", "title", "text")
+        .first()
+    )
+    if document is None:
+        raise Http404("no such document in this episode's corpus")
+    context = {
+        "episode": episode,
+        "document": document,
+        "info": selectors_episode.document_in_episode(episode=episode, document=document),
+    }
+    return render(request, _fragment_or_page(request, "document"), context)
+
+
+def _fragment_or_page(request: HttpRequest, name: str) -> str:
+    # htmx asks for the fragment; following the link without scripts gets a whole page.
+    if request.headers.get("HX-Request"):
+        return f"trajectories/{name}_fragment.html"
+    return f"trajectories/{name}_page.html"
+
+
+# --- groups and comparisons --------------------------------------------------------------------
+
+
+@browse_required
+@require_GET
+def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    view = selectors_ui.group_view(pk=pk)
+    if view is None:
+        raise Http404("no such group")
+    return render(request, "trajectories/group_detail.html", {"view": view})
+
+
+def _int_param(request: HttpRequest, name: str) -> int | None:
+    value = request.GET.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+@browse_required
+@require_GET
+def compare(request: HttpRequest) -> HttpResponse:
+    a, b = _int_param(request, "a"), _int_param(request, "b")
+    if a is None or b is None:
+        error = "Choose two episodes: /compare/?a=<episode id>&b=<episode id>."
+        return render(request, "trajectories/compare.html", {"error": error}, status=400)
+    try:
+        view = selectors_episode.compare_view(a_pk=a, b_pk=b)
+    except selectors_episode.CompareError as exc:
+        return render(request, "trajectories/compare.html", {"error": str(exc)}, status=400)
+    return render(request, "trajectories/compare.html", {"view": view})
+
+
+# --- batches --------------------------------------------------------------------------------
+
+
+def _batch_or_404(pk: int) -> RolloutBatch:
+    batch = selectors_ui.batch_get(pk=pk)
+    if batch is None:
+        raise Http404("no such batch")
+    return batch
+
+
+@researcher_required
+def batch_launch(request: HttpRequest) -> HttpResponse:
+    form = BatchLaunchForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        batch = _launch(request, form)
+        if batch is not None:
+            messages.success(request, f"Batch {batch.pk} queued: {batch.episodes_total} episodes.")
+            return redirect("batch_detail", pk=batch.pk)
+    return render(request, "trajectories/batch_launch.html", {"form": form})
+
+
+def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
+    data = form.cleaned_data
+    user = request.user if isinstance(request.user, AbstractBaseUser) else None
+    try:
+        return services.batch_create(
+            benchmark=data["benchmark"],
+            policy=data["policy"],
+            created_by=user,
+            samples_per_query=data["samples_per_query"],
+            max_turns=data["max_turns"],
+            termination_policy=data["termination_policy"],
+            ablate=data["ablate"],
+            query_limit=data["query_limit"],
+        )
+    except BatchParameterError as exc:
+        form.add_error(form.error_field(str(exc)), str(exc))
+        return None
+
+
+@browse_required
+@require_GET
+def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    batch = _batch_or_404(pk)
+    context = {
+        "batch": batch,
+        "metrics": selectors_ui.batch_metrics(batch=batch),
+        "groups": selectors_ui.batch_groups_page(batch=batch, page=request.GET.get("page")),
+    }
+    return render(request, "trajectories/batch_detail.html", context)
+
+
+@browse_required
+@require_GET
+def batch_progress(request: HttpRequest, pk: int) -> HttpResponse:
+    """The batch's progress line; htmx polls it while the batch is active."""
+    batch = _batch_or_404(pk)
+    return render(request, "trajectories/batch_progress.html", {"batch": batch})
+
+
+@researcher_required
+@require_POST
+def batch_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    batch = _batch_or_404(pk)
+    cancelled = services.batch_cancel(batch=batch)
+    messages.success(
+        request, f"Batch {batch.pk} cancelled; {cancelled} pending episodes will not run."
+    )
+    return redirect("batch_detail", pk=batch.pk)
