@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS := requirements/constraints.txt
 PORT ?= 8000
 
-.PHONY: run test lint install install-dev demo clean-data llm
+.PHONY: run test lint install install-dev demo clean-data llm lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,3 +53,12 @@ clean-data:
 llm:
 	scripts/llm/setup.sh
 	scripts/llm/serve.sh
+
+# Refresh the locks after changing dependencies: constraints.txt pins everything the dev
+# venv has (dev and train extras included); base.txt pins what the runtime alone needs.
+lock: install-dev
+	$(PIP) freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/' > $(CONSTRAINTS)
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install -qq -c $(CONSTRAINTS) .
+	.venv-lock/bin/pip freeze | grep -v '^harness-workbench' > requirements/base.txt
+	rm -rf .venv-lock
