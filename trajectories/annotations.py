@@ -52,12 +52,12 @@ class AnnotationError(ValueError):
 
 def default_overlap() -> int:
     """Distinct annotators wanted per episode (settings.ANNOTATION_OVERLAP, default 1)."""
-    return int(getattr(settings, "ANNOTATION_OVERLAP", 1))
+    return int(settings.ANNOTATION_OVERLAP)
 
 
 def lock_ttl() -> timedelta:
     """How long a taken episode stays with its annotator (ANNOTATION_LOCK_TTL_S, 15 min)."""
-    return timedelta(seconds=int(getattr(settings, "ANNOTATION_LOCK_TTL_S", 900)))
+    return timedelta(seconds=int(settings.ANNOTATION_LOCK_TTL_S))
 
 
 # --- the status rule ----------------------------------------------------------------------
