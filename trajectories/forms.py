@@ -10,29 +10,17 @@ from django.db.models import Model
 
 from harness_app.harness.ablation import MECHANISMS
 from harness_app.models import Benchmark, PolicyConfig
-from trajectories.models import AnnotationStatus, EpisodeStatus, TerminationPolicy
+from trajectories.models import (
+    TERMINATION_REASONS,
+    AnnotationStatus,
+    EpisodeStatus,
+    TerminationPolicy,
+)
 from trajectories.selectors_ui import RANGE_FIELDS, SORTS
 from trajectories.services import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
 
 # The reasons docs/rollouts.md lists, offered as suggestions; any recorded reason filters.
-KNOWN_REASONS = (
-    "end_search",
-    "max_turns",
-    "context_budget",
-    "format_errors",
-    "no_tool_call",
-    "context_overflow",
-    "model_unreachable",
-    "model_timeout",
-    "model_server_error",
-    "model_bad_request",
-    "model_bad_response",
-    "token_capture_missing",
-    "token_count_mismatch",
-    "time_limit",
-    "error",
-    "cancelled",
-)
+KNOWN_REASONS = TERMINATION_REASONS
 RATIO_FIELDS = ("curated_recall", "final_answer_recall", "trajectory_recall")
 SORT_LABELS = {
     "newest": "Newest first",

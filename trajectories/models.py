@@ -38,6 +38,29 @@ class EpisodeStatus(models.TextChoices):
 
 FINISHED_EPISODE = (EpisodeStatus.COMPLETED, EpisodeStatus.FAILED, EpisodeStatus.CANCELLED)
 
+# Why an episode ended (docs/rollouts.md). Normal ends first, then the reasons that mean the
+# infrastructure failed (the episode is marked failed), then cancellation.
+ENDED_REASONS = (
+    "end_search",
+    "max_turns",
+    "context_budget",
+    "format_errors",
+    "no_tool_call",
+    "context_overflow",
+)
+FAILED_REASONS = (
+    "model_unreachable",
+    "model_timeout",
+    "model_server_error",
+    "model_bad_request",
+    "model_bad_response",
+    "token_capture_missing",
+    "token_count_mismatch",
+    "time_limit",
+    "error",
+)
+TERMINATION_REASONS = (*ENDED_REASONS, *FAILED_REASONS, "cancelled")
+
 
 class AnnotationStatus(models.TextChoices):
     """An episode's verdict over all its annotations (trajectories.annotations keeps it)."""

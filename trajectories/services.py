@@ -24,6 +24,7 @@ from harness_app.harness.ablation import Ablation
 from harness_app.harness.reward import RewardWeights
 from harness_app.models import Benchmark, Document, PolicyConfig, PolicyKind
 from trajectories.models import (
+    FAILED_REASONS,
     FINISHED_EPISODE,
     BatchStatus,
     CuratedItem,
@@ -46,19 +47,7 @@ log = logging.getLogger(__name__)
 MAX_SAMPLES_PER_QUERY = 64
 MAX_TURNS_LIMIT = 200
 # Termination reasons that mean the infrastructure failed, not that the policy stopped.
-FAILURE_REASONS = frozenset(
-    {
-        "model_unreachable",
-        "model_server_error",
-        "model_timeout",
-        "model_bad_request",
-        "model_bad_response",
-        "token_capture_missing",
-        "token_count_mismatch",
-        "time_limit",
-        "error",
-    }
-)
+FAILURE_REASONS = frozenset(FAILED_REASONS)
 
 
 class BatchParameterError(ValueError):
