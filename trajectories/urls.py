@@ -1,6 +1,6 @@
 from django.urls import path
 
-from trajectories import views
+from trajectories import views, views_annotation
 
 urlpatterns = [
     path("episodes/", views.episode_list, name="episode_list"),
@@ -16,4 +16,23 @@ urlpatterns = [
     path("batches/<int:pk>/", views.batch_detail, name="batch_detail"),
     path("batches/<int:pk>/progress/", views.batch_progress, name="batch_progress"),
     path("batches/<int:pk>/cancel/", views.batch_cancel, name="batch_cancel"),
+    # the annotator pages (trajectories/views_annotation.py)
+    path("annotate/", views_annotation.annotate_queue, name="annotate_queue"),
+    path("annotate/episodes/<int:pk>/", views_annotation.annotate_review, name="annotate_review"),
+    path(
+        "annotate/episodes/<int:pk>/label/", views_annotation.annotate_label, name="annotate_label"
+    ),
+    path("annotate/bulk/", views_annotation.annotate_bulk, name="annotate_bulk"),
+    path("annotate/bulk/apply/", views_annotation.annotate_bulk_apply, name="annotate_bulk_apply"),
+    path(
+        "annotate/bulk/<int:pk>/undo/",
+        views_annotation.annotate_bulk_undo,
+        name="annotate_bulk_undo",
+    ),
+    path("annotate/agreement/", views_annotation.annotate_agreement, name="annotate_agreement"),
+    path(
+        "annotate/reward-hacking/",
+        views_annotation.annotate_reward_hacking,
+        name="annotate_reward_hacking",
+    ),
 ]

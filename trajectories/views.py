@@ -88,7 +88,10 @@ def _episode_or_404(pk: int) -> Episode:
 def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     episode = _episode_or_404(pk)
     view = selectors_episode.episode_view(episode=episode)
-    return render(request, "trajectories/episode_detail.html", {"view": view, "episode": episode})
+    # Provenance: the SFT exports holding this episode (one query).
+    sft_exports = list(episode.sft_exports.select_related("export").order_by("-export_id"))
+    context = {"view": view, "episode": episode, "sft_exports": sft_exports}
+    return render(request, "trajectories/episode_detail.html", context)
 
 
 @browse_required

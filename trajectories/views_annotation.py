@@ -1,0 +1,222 @@
+"""The annotator pages: the queue, review of one's own labels, bulk actions (researchers),
+agreement, and reward-vs-judgement.
+
+Thin adapters over trajectories/annotations.py (every write) and selectors_annotation.py.
+An annotator only ever sees their own label: the queue never shows the others'.
+"""
+
+from __future__ import annotations
+
+import math
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from harness_app.roles import browse_required, researcher_required
+from trajectories import annotations as annotation_services
+from trajectories import selectors_annotation
+from trajectories.models import (
+    AnnotationBulkAction,
+    AnnotationLabel,
+    AnnotationReason,
+    AnnotationStatus,
+    Episode,
+)
+
+LABEL_CHOICES = AnnotationLabel.choices
+REASON_CHOICES = AnnotationReason.choices
+
+
+def _queue_url(raw: dict[str, str]) -> str:
+    query = urlencode(sorted(raw.items()))
+    return reverse("annotate_queue") + (f"?{query}" if query else "")
+
+
+def _filter_context(filters: selectors_annotation.QueueFilters, section: str) -> dict[str, object]:
+    return {
+        "section": section,
+        "filters": filters,
+        "filter_fields": selectors_annotation.filter_fields(filters.raw),
+        "annotation_statuses": AnnotationStatus.choices,
+        "filter_query": urlencode(sorted(filters.raw.items())),
+    }
+
+
+def _item(request: HttpRequest, episode_id: int) -> selectors_annotation.QueueItem:
+    item = selectors_annotation.queue_item(episode_id=episode_id, annotator=request.user)
+    if item is None:
+        raise Http404("no such episode")
+    return item
+
+
+@browse_required
+@require_GET
+def annotate_queue(request: HttpRequest) -> HttpResponse:
+    """The next episode under the filter, locked to this annotator (or the empty state)."""
+    filters = selectors_annotation.filters_from(request.GET)
+    context = _filter_context(filters, "queue")
+    assignment = None
+    if not filters.error:
+        assignment = annotation_services.annotation_next(
+            annotator=request.user, filters=filters.cleaned
+        )
+    if assignment is not None:
+        context["item"] = _item(request, assignment.episode.pk)
+        context["expires_at"] = assignment.expires_at
+    context["reasons"] = REASON_CHOICES
+    previous = selectors_annotation.last_labelled(annotator=request.user)
+    context["prev_url"] = reverse("annotate_review", args=[previous.episode_id]) if previous else ""
+    context["next_url"] = ""
+    return render(request, "trajectories/annotate_queue.html", context)
+
+
+@browse_required
+@require_GET
+def annotate_review(request: HttpRequest, pk: int) -> HttpResponse:
+    """An episode this annotator labelled, with their own label, to change it (`k`, `j`)."""
+    filters = selectors_annotation.filters_from(request.GET)
+    context = _filter_context(filters, "queue")
+    item = _item(request, pk)
+    mine = item.mine
+    if mine is None:
+        raise Http404("you have not labelled this episode")
+    context.update({"item": item, "reasons": REASON_CHOICES})
+    before = selectors_annotation.last_labelled(annotator=request.user, before=mine)
+    after = selectors_annotation.next_labelled(annotator=request.user, after=mine)
+    context["prev_url"] = reverse("annotate_review", args=[before.episode_id]) if before else ""
+    context["next_url"] = (
+        reverse("annotate_review", args=[after.episode_id]) if after else _queue_url(filters.raw)
+    )
+    context["review"] = True
+    return render(request, "trajectories/annotate_queue.html", context)
+
+
+@browse_required
+@require_POST
+def annotate_label(request: HttpRequest, pk: int) -> HttpResponse:
+    """Record this annotator's label, then go on to the next item under the same filter."""
+    filters = selectors_annotation.filters_from(request.POST)
+    episode = Episode.objects.filter(pk=pk).first()
+    if episode is None:
+        raise Http404("no such episode")
+    if selectors_annotation.held_by_another(
+        episode_id=pk, annotator=request.user, now=timezone.now()
+    ):
+        messages.error(request, f"Episode {pk} is being labelled by someone else.")
+        return redirect(_queue_url(filters.raw))
+    try:
+        annotation_services.annotation_label(
+            annotator=request.user,
+            episode=episode,
+            label=request.POST.get("label", ""),
+            reason=request.POST.get("reason", "").strip(),
+            notes=request.POST.get("notes", ""),
+        )
+    except annotation_services.AnnotationError as exc:
+        messages.error(request, str(exc))
+        return redirect(_queue_url(filters.raw))
+    messages.success(request, f"Episode {pk}: {request.POST.get('label')}.")
+    return redirect(_queue_url(filters.raw))
+
+
+# --- bulk actions (researchers) ----------------------------------------------------------------
+
+
+@researcher_required
+@require_GET
+def annotate_bulk(request: HttpRequest) -> HttpResponse:
+    """The bulk form; with `preview`, how many episodes the action would label."""
+    filters = selectors_annotation.filters_from(request.GET)
+    label = request.GET.get("label", "")
+    context = _filter_context(filters, "bulk")
+    context.update(
+        {
+            "labels": LABEL_CHOICES,
+            "reasons": REASON_CHOICES,
+            "label": label,
+            "reason": request.GET.get("reason", ""),
+            "actions": selectors_annotation.bulk_actions_recent(),
+        }
+    )
+    if "preview" in request.GET and not filters.error:
+        if not filters.cleaned:
+            context["preview_error"] = "Choose at least one filter: a bulk action needs one."
+        elif label not in AnnotationLabel.values:
+            context["preview_error"] = "Choose a label."
+        else:
+            context["preview"] = annotation_services.annotation_bulk_preview(
+                filters=filters.cleaned
+            )
+    return render(request, "trajectories/annotate_bulk.html", context)
+
+
+@researcher_required
+@require_POST
+def annotate_bulk_apply(request: HttpRequest) -> HttpResponse:
+    filters = selectors_annotation.filters_from(request.POST)
+    if filters.error or not filters.cleaned:
+        messages.error(request, filters.error or "A bulk action needs at least one filter.")
+        return redirect("annotate_bulk")
+    try:
+        action = annotation_services.annotation_bulk_apply(
+            actor=request.user,
+            filters=filters.cleaned,
+            label=request.POST.get("label", ""),
+            reason=request.POST.get("reason", "").strip(),
+        )
+    except annotation_services.AnnotationError as exc:
+        messages.error(request, str(exc))
+        return redirect("annotate_bulk")
+    messages.success(
+        request, f"Bulk action {action.pk}: {action.label} on {action.episodes} episodes."
+    )
+    return redirect("annotate_bulk")
+
+
+@researcher_required
+@require_POST
+def annotate_bulk_undo(request: HttpRequest, pk: int) -> HttpResponse:
+    action = AnnotationBulkAction.objects.filter(pk=pk).first()
+    if action is None:
+        raise Http404("no such bulk action")
+    try:
+        restored = annotation_services.annotation_bulk_undo(action=action, actor=request.user)
+    except annotation_services.AnnotationError as exc:
+        messages.error(request, str(exc))
+        return redirect("annotate_bulk")
+    messages.success(request, f"Bulk action {pk} undone: {restored} episodes restored.")
+    return redirect("annotate_bulk")
+
+
+# --- agreement, reward vs judgement --------------------------------------------------------------
+
+
+@browse_required
+@require_GET
+def annotate_agreement(request: HttpRequest) -> HttpResponse:
+    filters = selectors_annotation.filters_from(request.GET)
+    context = _filter_context(filters, "agreement")
+    context["agreement"] = selectors_annotation.agreement_view(filters=filters.cleaned)
+    return render(request, "trajectories/annotate_agreement.html", context)
+
+
+@browse_required
+@require_GET
+def annotate_reward_hacking(request: HttpRequest) -> HttpResponse:
+    raw = request.GET.get("min_reward", "").strip()
+    error, min_reward = "", None
+    if raw:
+        try:
+            min_reward = float(raw)
+        except ValueError:
+            min_reward = math.nan
+        if not math.isfinite(min_reward):
+            error, min_reward = f"min reward: expected a number, got {raw!r}", None
+    episodes = annotation_services.reward_hacking_candidates(min_reward=min_reward)
+    context = {"episodes": episodes, "min_reward": raw, "error": error, "section": "reward"}
+    return render(request, "trajectories/annotate_reward_hacking.html", context)
