@@ -35,6 +35,7 @@ RANGE_FIELDS = (
     "reward",
     "turns",
     "tool_diversity",
+    "format_errors",
 )
 SORTS = {
     "newest": "-pk",
