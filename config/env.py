@@ -74,8 +74,15 @@ class DatabaseUrl:
             "PORT": self.port,
         }
         if self.engine.endswith("sqlite3"):
-            # WAL lets the web server read while the embedded worker writes.
-            config["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20}
+            # WAL lets the web server read while the embedded worker writes. IMMEDIATE takes
+            # the write lock when a transaction starts, so concurrent writers wait for it
+            # (up to `timeout`) instead of failing at once with "database is locked" when a
+            # read transaction tries to upgrade.
+            config["OPTIONS"] = {
+                "init_command": "PRAGMA journal_mode=WAL;",
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+            }
         else:
             config["CONN_MAX_AGE"] = 60
             config["CONN_HEALTH_CHECKS"] = True

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.db import OperationalError
 
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.env import HarnessConfig, SearchHarness
@@ -66,11 +67,20 @@ def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, Any]], int]:
 
 def episode_run(*, episode_id: int) -> str:
     """Play the episode if it is ours to play; returns what happened, for the task log."""
-    from harness_app.indexes import corpus_retriever
-
     claim = services.episode_claim(episode_id=episode_id)
     if claim is None:
         return "skipped: finished or running elsewhere"
+    try:
+        return _play(claim)
+    except OperationalError:
+        services.episode_release(claim=claim)  # the task retries it with backoff
+        raise
+
+
+def _play(claim: services.Claim) -> str:
+    from harness_app.indexes import corpus_retriever
+
+    episode_id = claim.episode.pk
     episode = Episode.objects.select_related(
         "batch__policy", "batch__benchmark__corpus", "query", "group"
     ).get(pk=episode_id)

@@ -215,6 +215,14 @@ def episode_claim(*, episode_id: int) -> Claim | None:
 SNAPSHOT_EVERY = 10
 
 
+def episode_release(*, claim: Claim) -> None:
+    """Give the episode back (pending) after a retryable failure, so the retried task can
+    claim it at once instead of waiting for this attempt's heartbeat to go stale."""
+    Episode.objects.filter(
+        pk=claim.episode.pk, status=EpisodeStatus.RUNNING, attempts=claim.attempt
+    ).update(status=EpisodeStatus.PENDING, heartbeat_at=None)
+
+
 def turn_record(
     *,
     claim: Claim,

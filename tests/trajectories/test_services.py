@@ -146,3 +146,32 @@ def test_unreachable_model_fails_the_episode_with_its_reason(
     assert episode.termination_reason == "model_unreachable"
     assert episode.model_calls.count() == 2  # the call and its retry, both recorded
     assert all(call.error.startswith("model_unreachable") for call in episode.model_calls.all())
+
+
+def test_a_database_error_mid_episode_gives_the_episode_back_for_the_retry(
+    demo_benchmark, baseline_policy, django_capture_on_commit_callbacks, monkeypatch
+):
+    from django.db import OperationalError
+
+    from trajectories import services
+
+    with django_capture_on_commit_callbacks():
+        batch = batch_create(benchmark=demo_benchmark, policy=baseline_policy, query_limit=1)
+    episode = batch.episodes.get()
+    real = services.turn_record
+    calls = {"n": 0}
+
+    def flaky(**kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OperationalError("database is locked")
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "turn_record", flaky)
+    with pytest.raises(OperationalError):
+        episode_run(episode_id=episode.pk)
+    episode.refresh_from_db()
+    assert episode.status == EpisodeStatus.PENDING  # not stuck "running" until it goes stale
+    assert episode_run(episode_id=episode.pk).startswith("end_search")
+    episode.refresh_from_db()
+    assert (episode.status, episode.attempts) == (EpisodeStatus.COMPLETED, 2)
