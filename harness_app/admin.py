@@ -1,25 +1,23 @@
 """Admin for staff: browse corpora, benchmarks and imports; edit policy configs.
 
 Corpora, documents, queries and qrels are written only by the importer (one transaction per
-benchmark, content hashes kept true), so their admin pages are read-only.
+benchmark, content hashes kept true), so their admin pages are read-only (admin_base.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
-from harness_app.models import Benchmark, Corpus, Document, ImportJob, PolicyConfig, Query
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from harness_app.admin_base import ReadOnlyAdmin, StaffViewMixin
+from harness_app.models import (
+    Benchmark,
+    Corpus,
+    Document,
+    ImportJob,
+    PolicyConfig,
+    Qrel,
+    Query,
+)
 
 
 @admin.register(Corpus)
@@ -35,6 +33,7 @@ class DocumentAdmin(ReadOnlyAdmin):
     list_select_related = ("corpus",)
     search_fields = ("external_id", "title")
     show_full_result_count = False  # counting a million documents per page view is slow
+    changelist_defer = ("text",)
 
 
 @admin.register(Benchmark)
@@ -52,6 +51,14 @@ class QueryAdmin(ReadOnlyAdmin):
     search_fields = ("external_id", "text")
 
 
+@admin.register(Qrel)
+class QrelAdmin(ReadOnlyAdmin):
+    list_display = ("query", "document", "grade")
+    list_select_related = ("query", "document")
+    raw_id_fields = ("query", "document")
+    show_full_result_count = False
+
+
 @admin.register(ImportJob)
 class ImportJobAdmin(ReadOnlyAdmin):
     list_display = ("name", "fmt", "status", "documents", "created", "finished", "created_by")
@@ -60,6 +67,7 @@ class ImportJobAdmin(ReadOnlyAdmin):
 
 
 @admin.register(PolicyConfig)
-class PolicyConfigAdmin(admin.ModelAdmin):
+class PolicyConfigAdmin(StaffViewMixin, admin.ModelAdmin):
+    # Staff may look; adding or editing a config still needs Django's permissions.
     list_display = ("name", "kind", "model", "base_url", "tool_call_format", "created")
     list_filter = ("kind",)
