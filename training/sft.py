@@ -160,14 +160,15 @@ def chat_render(rows: EpisodeRows, tools: list[dict[str, Any]]) -> Rendered:
         )
     if len(rows.turns) < 2:
         return Rendered([], "skipped:no_actions")
-    policy = rows.episode.batch.policy
+    batch, group, _ = rows.episode.rollout_parts()
+    policy = batch.policy
     fmt = (
         ToolCallFormat.OPENAI_TOOLS
         if policy.kind == PolicyKind.BASELINE
         else policy.tool_call_format
     )
     version = policy.system_prompt_version if policy.kind != PolicyKind.BASELINE else "v1"
-    opening = rows.episode.group.prefix_messages or [system_message(version, fmt, tools)]
+    opening = group.prefix_messages or [system_message(version, fmt, tools)]
     messages, merged = _conversation(rows, list(opening), fmt)
     offered = tools if fmt == ToolCallFormat.OPENAI_TOOLS else []
     return Rendered(
@@ -293,6 +294,10 @@ def records_render(rows: Iterable[EpisodeRows], *, fmt: str) -> Iterator[tuple[E
             yield row.episode, tokens_render(row)
             continue
         batch = row.episode.batch
+        if batch is None:
+            # A recorded episode: its requests carry their own messages and tools.
+            yield row.episode, chat_render(row, [])
+            continue
         if batch.pk not in tools:
             tools[batch.pk] = batch_tools(batch)
         yield row.episode, chat_render(row, tools[batch.pk])

@@ -14,13 +14,14 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from trajectories.models import AnnotationStatus, Episode, EpisodeStatus
+from trajectories.models import AnnotationStatus, Episode, EpisodeKind, EpisodeStatus
 from trajectories.selectors_ui import RANGE_FIELDS, episode_list_queryset
 
 ID_FILTERS = ("batch", "benchmark", "policy", "query")
 TEXT_FILTERS = ("termination_reason", "ablation", "q")
 CHOICE_FILTERS: dict[str, list[str]] = {
     "status": list(EpisodeStatus.values),
+    "kind": list(EpisodeKind.values),
     "annotation_status": list(AnnotationStatus.values),
 }
 RANGE_FILTERS = tuple(f"{name}_{end}" for name in RANGE_FIELDS for end in ("min", "max"))

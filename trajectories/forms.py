@@ -13,6 +13,7 @@ from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import (
     TERMINATION_REASONS,
     AnnotationStatus,
+    EpisodeKind,
     EpisodeStatus,
     TerminationPolicy,
 )
@@ -65,6 +66,9 @@ class EpisodeFilterForm(forms.Form):
     )
     ablation = forms.CharField(required=False, max_length=200, label="Ablation label")
     status = forms.ChoiceField(required=False, choices=[("", "any"), *EpisodeStatus.choices])
+    kind = forms.ChoiceField(
+        required=False, choices=[("", "any"), *EpisodeKind.choices], label="Kind"
+    )
     termination_reason = forms.CharField(
         required=False,
         max_length=40,

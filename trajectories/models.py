@@ -9,10 +9,13 @@ episode's completion, for querying across episodes.
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
+
+if TYPE_CHECKING:
+    from harness_app.models import Query
 
 
 class TerminationPolicy(models.TextChoices):
@@ -60,6 +63,15 @@ FAILED_REASONS = (
     "error",
 )
 TERMINATION_REASONS = (*ENDED_REASONS, *FAILED_REASONS, "cancelled")
+
+
+class EpisodeKind(models.TextChoices):
+    """A rollout runs our harness from a batch; a recorded episode is an outside agent's
+    session captured by the recording proxy (trajectories/proxy.py). Recorded episodes
+    have no batch, group or query: the agent, not the workbench, chose the task."""
+
+    ROLLOUT = "rollout", "Rollout"
+    RECORDED = "recorded", "Recorded"
 
 
 class AnnotationStatus(models.TextChoices):
@@ -129,10 +141,16 @@ class RolloutGroup(models.Model):
 
 
 class Episode(models.Model):
-    group = models.ForeignKey(RolloutGroup, on_delete=models.CASCADE, related_name="episodes")
+    kind = models.CharField(max_length=10, choices=EpisodeKind.choices, default=EpisodeKind.ROLLOUT)
+    # Null only for recorded episodes (a check constraint holds rollouts to all three).
+    group = models.ForeignKey(
+        RolloutGroup, null=True, blank=True, on_delete=models.CASCADE, related_name="episodes"
+    )
     # Denormalised from the group so list filters need no joins on the hot path.
-    batch = models.ForeignKey(RolloutBatch, on_delete=models.CASCADE, related_name="episodes")
-    query = models.ForeignKey("harness_app.Query", on_delete=models.PROTECT)
+    batch = models.ForeignKey(
+        RolloutBatch, null=True, blank=True, on_delete=models.CASCADE, related_name="episodes"
+    )
+    query = models.ForeignKey("harness_app.Query", null=True, blank=True, on_delete=models.PROTECT)
     sample_index = models.PositiveIntegerField(default=0)
     status = models.CharField(
         max_length=20, choices=EpisodeStatus.choices, default=EpisodeStatus.PENDING
@@ -164,9 +182,15 @@ class Episode(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["group", "sample_index"], name="episode_unique_sample")
+            models.UniqueConstraint(fields=["group", "sample_index"], name="episode_unique_sample"),
+            models.CheckConstraint(
+                condition=models.Q(kind=EpisodeKind.RECORDED)
+                | models.Q(group__isnull=False, batch__isnull=False, query__isnull=False),
+                name="episode_rollout_has_batch",
+            ),
         ]
         indexes = [
+            models.Index(fields=["kind", "-id"]),
             models.Index(fields=["batch", "status"]),
             models.Index(fields=["status", "heartbeat_at"]),
             models.Index(fields=["final_answer_recall"]),
@@ -176,7 +200,20 @@ class Episode(models.Model):
         ]
 
     def __str__(self) -> str:
+        if self.kind == EpisodeKind.RECORDED:
+            return f"episode {self.pk} (recorded)"
         return f"episode {self.pk} (batch {self.batch_id}, sample {self.sample_index})"
+
+    @property
+    def is_recorded(self) -> bool:
+        return self.kind == EpisodeKind.RECORDED
+
+    def rollout_parts(self) -> tuple[RolloutBatch, RolloutGroup, Query]:
+        """The batch, group and query of a rollout; code that runs the harness needs all
+        three, and a recorded episode has none."""
+        if self.batch is None or self.group is None or self.query is None:
+            raise ValueError(f"episode {self.pk} is {self.kind}: it has no batch, group or query")
+        return self.batch, self.group, self.query
 
 
 class Turn(models.Model):
@@ -244,6 +281,12 @@ class ModelCall(models.Model):
     latency_ms = models.FloatField(default=0.0)
     policy_version = models.CharField(max_length=100, blank=True)
     error = models.TextField(blank=True)
+    # Recorded calls only: a fingerprint of the system prompt, which tells the main agent
+    # from its subagents (trajectories/recording.py), and whether the call never completed
+    # (upstream unreachable, a broken stream, missing token ids), which makes the session
+    # non-trainable.
+    agent = models.CharField(max_length=16, blank=True)
+    aborted = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -488,3 +531,42 @@ class SavedFilter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: ?{self.query_string}"
+
+
+# --- recording sessions (written by trajectories/recording.py only) --------------------------
+
+
+class RecordingSession(models.Model):
+    """An outside agent's session behind the recording proxy; it owns one recorded Episode.
+
+    The proxy key is shown once, at creation; only its SHA-256 is stored. A key is a random
+    256-bit secret, so a fast hash is enough: there is nothing to brute-force.
+    """
+
+    episode = models.OneToOneField(Episode, on_delete=models.CASCADE, related_name="recording")
+    name = models.CharField(max_length=200, blank=True)
+    # Sessions with the same task key are samples of one task: an RL group.
+    task = models.CharField(max_length=200, blank=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    key_hint = models.CharField(max_length=16, help_text="the key's first characters")
+    metadata = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    # Why the session cannot be trained on ("" when it can); kept current by each record.
+    untrainable_reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["task"])]
+
+    def __str__(self) -> str:
+        return f"recording session {self.pk} ({self.name or self.key_hint})"
+
+    @property
+    def trainable(self) -> bool:
+        return not self.untrainable_reason

@@ -84,7 +84,7 @@ def _play(claim: services.Claim) -> str:
     episode = Episode.objects.select_related(
         "batch__policy", "batch__benchmark__corpus", "query", "group"
     ).get(pk=episode_id)
-    batch = episode.batch
+    batch, group, query = episode.rollout_parts()
     started = time.perf_counter()
     retriever = corpus_retriever(batch.benchmark.corpus)
     env = SearchHarness(
@@ -92,12 +92,12 @@ def _play(claim: services.Claim) -> str:
         config=HarnessConfig(max_turns=batch.max_turns),
         ablation=Ablation.from_json(batch.ablation),
     )
-    policy = policy_build(batch.policy, batch, env.tool_schemas(), episode.group.prefix_messages)
+    policy = policy_build(batch.policy, batch, env.tool_schemas(), group.prefix_messages)
     setup_s = time.perf_counter() - started
     run = iter_episode(
         env,
         policy,
-        query_spec(episode.query),
+        query_spec(query),
         max_turns=batch.max_turns,
         weights=RewardWeights.from_json(batch.reward_weights),
     )

@@ -57,7 +57,9 @@ class Gold:
         return sorted(ids, key=lambda d: (-self.grades[d], d))
 
 
-def gold_for(*, query_id: int) -> Gold:
+def gold_for(*, query_id: int | None) -> Gold:
+    if query_id is None:  # a recorded episode: nothing is judged
+        return Gold(grades={}, titles={})
     rows = Qrel.objects.filter(query_id=query_id).values_list(
         "document__external_id", "grade", "document__title"
     )
@@ -455,6 +457,8 @@ def _call_summary(call: ModelCall) -> CallSummary:
 
 def compare_candidates(*, episode: Episode, limit: int = COMPARE_CANDIDATES) -> list[Episode]:
     """Other episodes of the same query, newest batch first, to compare against."""
+    if episode.query_id is None:
+        return []
     others = Episode.objects.filter(query_id=episode.query_id).exclude(pk=episode.pk)
     others = others.select_related("batch__policy").only(
         "pk", "sample_index", "reward", "batch__id", "batch__ablation_label", "batch__policy__name"
@@ -533,10 +537,9 @@ def episode_final_state(*, episode: Episode) -> dict[str, Any]:
 
 def document_in_episode(*, episode: Episode, document: Document) -> DocumentInEpisode:
     """Its relevance grade and what happened to it in the episode: four queries."""
+    _, _, query = episode.rollout_parts()
     grade = (
-        Qrel.objects.filter(query_id=episode.query_id, document=document)
-        .values_list("grade", flat=True)
-        .first()
+        Qrel.objects.filter(query=query, document=document).values_list("grade", flat=True).first()
     )
     final = episode_final_state(episode=episode)
     doc_id = document.external_id
@@ -547,7 +550,7 @@ def document_in_episode(*, episode: Episode, document: Document) -> DocumentInEp
         read=bool(final.get("memory", {}).get(doc_id, {}).get("read")),
         events=[e for e in final.get("curation_log", []) if e["doc_id"] == doc_id],
         verifications=[v for v in final.get("verifications", []) if v["doc_id"] == doc_id],
-        segments=highlight(document.text, set(analyze(episode.query.text))),
+        segments=highlight(document.text, set(analyze(query.text))),
     )
 
 
@@ -609,12 +612,16 @@ def compare_view(*, a_pk: int, b_pk: int) -> CompareView:
         if pk not in episodes:
             raise CompareError(f"episode {pk} does not exist")
     a, b = episodes[a_pk], episodes[b_pk]
-    if a.query_id != b.query_id:
+    query_a, query_b = a.query, b.query
+    if query_a is None or query_b is None:
+        recorded = a if query_a is None else b
+        raise CompareError(f"episode {recorded.pk} is a recorded session: it has no query")
+    if query_a.pk != query_b.pk:
         raise CompareError(
             f"episodes {a.pk} and {b.pk} answer different queries "
-            f"({a.query.external_id} and {b.query.external_id}); compare runs of one query"
+            f"({query_a.external_id} and {query_b.external_id}); compare runs of one query"
         )
-    gold = gold_for(query_id=a.query_id)
+    gold = gold_for(query_id=query_a.pk)
     rows: dict[int, list[Turn]] = {a.pk: [], b.pk: []}
     for row in turn_rows(Q(episode_id__in=[a.pk, b.pk])):
         rows[row.episode_id].append(row)

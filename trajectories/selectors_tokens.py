@@ -13,7 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness_app.harness.llm.reconstruct import CallTokens, Segment, reconstruct_prefix_merged
+from harness_app.harness.llm.reconstruct import (
+    CallTokens,
+    Segment,
+    reconstruct_by_agent,
+    reconstruct_prefix_merged,
+)
 from trajectories.models import Episode, ModelCall
 
 MASKED_TAIL = 48  # masked tokens shown before a completion; the rest are counted
@@ -74,13 +79,16 @@ def token_strips(*, episode: Episode, turn_index: int) -> list[TokenStrip]:
     depends on the chain built from the calls before it.
     """
     calls = list(ModelCall.objects.filter(episode=episode, error="").order_by("pk"))
-    chains, breaks = reconstruct_prefix_merged(
+    # A recorded session may hold a main agent and subagents: chains are merged per agent.
+    reconstruct = reconstruct_by_agent if episode.is_recorded else reconstruct_prefix_merged
+    chains, breaks = reconstruct(
         CallTokens(
             c.pk,
             c.prompt_token_ids,
             c.completion_token_ids,
             c.completion_logprobs,
             c.policy_version,
+            c.agent,
         )
         for c in calls
     )

@@ -19,6 +19,7 @@ from trajectories.models import (
     BatchStatus,
     CuratedItem,
     Episode,
+    EpisodeKind,
     EpisodeStatus,
     RolloutBatch,
     RolloutGroup,
@@ -61,7 +62,9 @@ def episode_list_queryset(*, filters: Mapping[str, Any]) -> QuerySet[Episode]:
     Every filter is on an Episode column or the denormalised batch id, so only the text
     search joins another table.
     """
-    episodes = Episode.objects.select_related("query", "batch__benchmark", "batch__policy").defer(
+    episodes = Episode.objects.select_related(
+        "query", "batch__benchmark", "batch__policy", "recording"
+    ).defer(
         # The list shows none of these, and metrics/timings JSON is a few hundred bytes a row.
         "metrics",
         "reward_components",
@@ -84,6 +87,7 @@ def _exact_filters(filters: Mapping[str, Any]) -> Q:
         ("benchmark", "batch__benchmark_id"),
         ("policy", "batch__policy_id"),
         ("status", "status"),
+        ("kind", "kind"),
         ("termination_reason", "termination_reason"),
         ("ablation", "batch__ablation_label"),
         ("query", "query_id"),
@@ -165,7 +169,9 @@ def condition_rows() -> list[dict[str, Any]]:
     """
     done = Q(status=EpisodeStatus.COMPLETED)
     rows = (
-        Episode.objects.values(
+        # Recorded episodes have no benchmark, policy or ablation to compare by.
+        Episode.objects.filter(kind=EpisodeKind.ROLLOUT)
+        .values(
             benchmark=F("batch__benchmark__name"),
             policy=F("batch__policy__name"),
             ablation=F("batch__ablation_label"),
@@ -353,7 +359,9 @@ def _curated_by_episode(group: RolloutGroup, grades: dict[str, int]) -> dict[int
     return out
 
 
-def query_grades(*, query_id: int) -> dict[str, int]:
-    """Document external id -> qrel grade for one query."""
+def query_grades(*, query_id: int | None) -> dict[str, int]:
+    """Document external id -> qrel grade for one query (none for a recorded episode)."""
+    if query_id is None:
+        return {}
     rows = Qrel.objects.filter(query_id=query_id).values_list("document__external_id", "grade")
     return dict(rows)

@@ -95,15 +95,21 @@ class BatchCancelSerializer(serializers.Serializer[Any]):
 
 
 class EpisodeSerializer(serializers.ModelSerializer[Episode]):
-    benchmark = serializers.IntegerField(source="batch.benchmark_id", read_only=True)
-    policy = serializers.IntegerField(source="batch.policy_id", read_only=True)
-    query_external_id = serializers.CharField(source="query.external_id", read_only=True)
-    question = serializers.CharField(source="query.text", read_only=True)
+    # Recorded episodes have no batch or query: these read as null for them.
+    benchmark = serializers.IntegerField(
+        source="batch.benchmark_id", read_only=True, allow_null=True
+    )
+    policy = serializers.IntegerField(source="batch.policy_id", read_only=True, allow_null=True)
+    query_external_id = serializers.CharField(
+        source="query.external_id", read_only=True, allow_null=True
+    )
+    question = serializers.CharField(source="query.text", read_only=True, allow_null=True)
 
     class Meta:
         model = Episode
         fields = [
             "id",
+            "kind",
             "batch",
             "group",
             "benchmark",

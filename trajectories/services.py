@@ -29,6 +29,7 @@ from trajectories.models import (
     BatchStatus,
     CuratedItem,
     Episode,
+    EpisodeKind,
     EpisodeStatus,
     EvidenceEdge,
     EvidenceNode,
@@ -78,11 +79,13 @@ def batch_create(
     query_limit: int | None = None,
     reward_weights: dict[str, Any] | None = None,
     prefixes: dict[str, list[dict[str, Any]]] | None = None,
+    query_ids: Sequence[int] | None = None,
 ) -> RolloutBatch:
     """Create a batch with one group per query and one episode per sample; enqueue on commit.
 
     With `prefixes` (query external id → starting messages), the batch runs exactly those
-    queries, each episode starting from its conversation.
+    queries, each episode starting from its conversation. With `query_ids` (Query pks of
+    the benchmark), it runs exactly those, as an RL step samples its slice of the split.
     """
     _check_range("samples_per_query", samples_per_query, 1, MAX_SAMPLES_PER_QUERY)
     _check_range("max_turns", max_turns, 1, MAX_TURNS_LIMIT)
@@ -97,7 +100,10 @@ def batch_create(
         weights = RewardWeights.from_json(reward_weights or {})
     except (ValueError, TypeError) as exc:
         raise BatchParameterError(str(exc)) from exc
-    queries = _batch_queries(benchmark, policy, prefixes)[:query_limit]
+    queries = _batch_queries(benchmark, policy, prefixes)
+    if query_ids is not None:
+        queries = _only_queries(benchmark, queries, query_ids)
+    queries = queries[:query_limit]
     if not queries:
         raise BatchParameterError(f"benchmark {benchmark.name!r} has no queries to run")
     batch = RolloutBatch.objects.create(
@@ -142,6 +148,19 @@ def _batch_queries(
             f"{len(missing)} prefix query ids are not in benchmark {benchmark.name!r}: {shown}"
         )
     return found
+
+
+def _only_queries(
+    benchmark: Benchmark, queries: list[tuple[int, str]], query_ids: Sequence[int]
+) -> list[tuple[int, str]]:
+    wanted = set(query_ids)
+    kept = [q for q in queries if q[0] in wanted]
+    if len(kept) != len(wanted):
+        missing = sorted(wanted - {pk for pk, _ in kept})
+        raise BatchParameterError(
+            f"query ids {missing[:5]} are not queries of benchmark {benchmark.name!r}"
+        )
+    return kept
 
 
 def batch_enqueue(*, batch_id: int) -> int:
@@ -206,6 +225,7 @@ def episode_claim(*, episode_id: int) -> Claim | None:
     episode.started_at = episode.heartbeat_at = now
     episode.error = ""
     episode.save(update_fields=["status", "attempts", "started_at", "heartbeat_at", "error"])
+    assert episode.batch_id is not None  # a claimed episode is a rollout
     RolloutBatch.objects.filter(pk=episode.batch_id, status=BatchStatus.QUEUED).update(
         status=BatchStatus.RUNNING
     )
@@ -294,9 +314,9 @@ def model_calls_record(*, claim: Claim, calls: list[tuple[int, Any]]) -> None:
 
 
 def episode_is_cancelled(*, claim: Claim) -> bool:
-    return RolloutBatch.objects.filter(
-        pk=claim.episode.batch_id, status=BatchStatus.CANCELLED
-    ).exists()
+    batch_id = claim.episode.batch_id
+    assert batch_id is not None  # a claimed episode is a rollout
+    return RolloutBatch.objects.filter(pk=batch_id, status=BatchStatus.CANCELLED).exists()
 
 
 @dataclass
@@ -342,6 +362,7 @@ def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
     )
     if outcome.state is not None:
         final_state_record(episode=episode, state=outcome.state)
+    assert episode.batch_id is not None  # a claimed episode is a rollout
     _batch_progress(batch_id=episode.batch_id, ok=status == EpisodeStatus.COMPLETED)
     return True
 
@@ -364,7 +385,9 @@ def _batch_progress(*, batch_id: int, ok: bool) -> None:
 
 def final_state_record(*, episode: Episode, state: Any) -> None:
     """Curated items, the evidence graph (documents and bridge entities) and verifications."""
-    corpus_id = episode.batch.benchmark.corpus_id
+    batch = episode.batch
+    assert batch is not None  # final states are the harness's: rollouts only
+    corpus_id = batch.benchmark.corpus_id
     wanted = set(state.curated) | set(state.graph.docs) | {v.doc_id for v in state.verifications}
     docs = dict(
         Document.objects.filter(corpus_id=corpus_id, external_id__in=wanted).values_list(
@@ -437,7 +460,9 @@ def episodes_recover_stale() -> int:
     queue. Runs when a worker starts, so a restarted worker picks up what a killed one held;
     with Redis, acks_late redelivery covers the same case from the broker's side."""
     cutoff = timezone.now() - stale_after()
-    stale = Episode.objects.filter(status=EpisodeStatus.RUNNING, heartbeat_at__lt=cutoff)
+    stale = Episode.objects.filter(
+        kind=EpisodeKind.ROLLOUT, status=EpisodeStatus.RUNNING, heartbeat_at__lt=cutoff
+    )
     batch_ids = set(stale.values_list("batch_id", flat=True))
     count = stale.update(status=EpisodeStatus.PENDING)
     for batch_id in batch_ids:

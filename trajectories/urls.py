@@ -1,8 +1,15 @@
 from django.urls import path
 
-from trajectories import views, views_annotation
+from trajectories import proxy, views, views_annotation
 
 urlpatterns = [
+    # the recording proxy (trajectories/proxy.py): the session key is the credential
+    path(
+        "proxy/<str:key>/v1/chat/completions",
+        proxy.proxy_chat_completions,
+        name="proxy_chat_completions",
+    ),
+    path("proxy/<str:key>/v1/models", proxy.proxy_models, name="proxy_models"),
     path("episodes/", views.episode_list, name="episode_list"),
     path("episodes/saved/", views.saved_filter_create, name="saved_filter_create"),
     path("episodes/saved/<int:pk>/delete/", views.saved_filter_delete, name="saved_filter_delete"),

@@ -12,11 +12,19 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from harness_app.models import Document
 from harness_app.roles import browse_required, researcher_required
-from trajectories import selectors_episode, selectors_tokens, selectors_ui, services, services_ui
+from trajectories import (
+    selectors_episode,
+    selectors_recording,
+    selectors_tokens,
+    selectors_ui,
+    services,
+    services_ui,
+)
 from trajectories.forms import BatchLaunchForm, EpisodeFilterForm, SavedFilterForm
 from trajectories.models import Episode, RolloutBatch
 from trajectories.services import BatchParameterError
@@ -87,9 +95,13 @@ def _episode_or_404(pk: int) -> Episode:
 @require_GET
 def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     episode = _episode_or_404(pk)
-    view = selectors_episode.episode_view(episode=episode)
     # Provenance: the SFT exports holding this episode (one query).
     sft_exports = list(episode.sft_exports.select_related("export").order_by("-export_id"))
+    if episode.is_recorded:
+        recorded = selectors_recording.recording_view(episode=episode, now=timezone.now())
+        context = {"view": recorded, "episode": episode, "sft_exports": sft_exports}
+        return render(request, "trajectories/recording_detail.html", context)
+    view = selectors_episode.episode_view(episode=episode)
     context = {"view": view, "episode": episode, "sft_exports": sft_exports}
     return render(request, "trajectories/episode_detail.html", context)
 
@@ -109,6 +121,8 @@ def episode_tokens(request: HttpRequest, pk: int, turn: int) -> HttpResponse:
 def episode_document(request: HttpRequest, pk: int) -> HttpResponse:
     """A document as this episode met it: relevance grade, history, text with query terms."""
     episode = _episode_or_404(pk)
+    if episode.batch is None:
+        raise Http404("a recorded episode has no corpus")
     doc_id = request.GET.get("doc", "")
     document = (
         Document.objects.filter(corpus_id=episode.batch.benchmark.corpus_id, external_id=doc_id)

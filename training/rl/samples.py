@@ -21,6 +21,7 @@ from trajectories.models import (
     Episode,
     EpisodeStatus,
     ModelCall,
+    RecordingSession,
     RolloutBatch,
     unpack_floats,
     unpack_ints,
@@ -89,6 +90,76 @@ def rl_samples_for_batch(
 ) -> BatchBuild:
     """The batch's training sequences with rewards and group-relative advantages."""
     candidates, excluded = rl_episodes_for_batch(batch=batch)
+    build = batch_build(candidates, settings, mode=mode)
+    build.exclusions = excluded + build.exclusions
+    return build
+
+
+# --- recorded sessions (trajectories/recording.py) -------------------------------------------
+
+
+def rl_episodes_for_recordings(*, task: str) -> tuple[list[EpisodeCalls], list[Exclusion]]:
+    """The closed recording sessions of one task as candidates: they form one RL group.
+
+    The group id is the smallest episode id among them (recorded episodes have no
+    RolloutGroup). A session marked non-trainable (an aborted call, two policy versions)
+    is excluded with its reason.
+    """
+    sessions = list(
+        RecordingSession.objects.filter(task=task)
+        .order_by("episode_id")
+        .values_list("episode_id", "untrainable_reason", "episode__status", "episode__reward")
+    )
+    group_id = sessions[0][0] if sessions else 0
+    calls = _recorded_calls([episode_id for episode_id, *_ in sessions])
+    candidates: list[EpisodeCalls] = []
+    excluded: list[Exclusion] = []
+    for episode_id, untrainable, status, reward in sessions:
+        problem = untrainable or _candidate_problem(status, "", reward)
+        if problem:
+            excluded.append(Exclusion(episode_id, problem))
+            continue
+        assert reward is not None  # checked by _candidate_problem
+        candidates.append(
+            EpisodeCalls(episode_id, group_id, reward, "session_closed", calls.get(episode_id, []))
+        )
+    return candidates, excluded
+
+
+def _recorded_calls(episode_ids: list[int]) -> dict[int, list[CallTokens]]:
+    rows = (
+        ModelCall.objects.filter(episode_id__in=episode_ids, error="")
+        .order_by("episode_id", "turn_index", "pk")
+        .values_list(
+            "episode_id",
+            "pk",
+            "prompt_token_ids_blob",
+            "completion_token_ids_blob",
+            "completion_logprobs_blob",
+            "policy_version",
+            "agent",
+        )
+    )
+    out: dict[int, list[CallTokens]] = defaultdict(list)
+    for episode_id, pk, prompt, completion, logprobs, version, agent in rows:
+        out[episode_id].append(
+            CallTokens(
+                pk,
+                unpack_ints(prompt),
+                unpack_ints(completion),
+                unpack_floats(logprobs),
+                version,
+                agent,
+            )
+        )
+    return out
+
+
+def rl_samples_for_recordings(
+    *, task: str, settings: AdvantageSettings | None = None, mode: str = "prefix"
+) -> BatchBuild:
+    """One task's recorded sessions as training sequences with group-relative advantages."""
+    candidates, excluded = rl_episodes_for_recordings(task=task)
     build = batch_build(candidates, settings, mode=mode)
     build.exclusions = excluded + build.exclusions
     return build

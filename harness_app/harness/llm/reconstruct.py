@@ -10,12 +10,19 @@ Two modes:
   ids and rollout logprobs. A call that extends no chain starts a new one, and the break is
   recorded with its reason, so a re-tokenised or rewritten history never silently trains on
   tokens the policy did not sample.
+
+Calls recorded from an outside agent (trajectories/recording.py) carry an `agent`: a
+fingerprint of their system prompt, which tells a main agent from the subagents it starts.
+`reconstruct_by_agent` merges each agent's calls on their own and names the breaks: a
+subagent starting, or the agent compacting its context (its history shrank or was
+rewritten).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,7 @@ class CallTokens:
     completion_ids: list[int]
     logprobs: list[float]
     policy_version: str = ""
+    agent: str = ""  # system-prompt fingerprint; "" for our own rollouts
 
 
 @dataclass
@@ -36,6 +44,7 @@ class Segment:
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     policy_versions: set[str] = field(default_factory=set)
+    agent: str = ""
 
     def append(
         self, tokens: list[int], *, sampled: bool, logprobs: list[float] | None = None
@@ -56,7 +65,9 @@ class ChainBreak:
 
 
 def _start(call: CallTokens) -> Segment:
-    segment = Segment(call_ids=[call.call_id], policy_versions={call.policy_version})
+    segment = Segment(
+        call_ids=[call.call_id], policy_versions={call.policy_version}, agent=call.agent
+    )
     segment.append(call.prompt_ids, sampled=False)
     segment.append(call.completion_ids, sampled=True, logprobs=call.logprobs)
     return segment
@@ -77,6 +88,12 @@ def reconstruct_prefix_merged(
     calls: Iterable[CallTokens],
 ) -> tuple[list[Segment], list[ChainBreak]]:
     """Merge calls into chains; returns the chains and every break with its reason."""
+    return _merge(calls, _break_reason)
+
+
+def _merge(
+    calls: Iterable[CallTokens], reason: Callable[[list[Segment], CallTokens], str]
+) -> tuple[list[Segment], list[ChainBreak]]:
     chains: list[Segment] = []
     breaks: list[ChainBreak] = []
     for call in calls:
@@ -84,7 +101,7 @@ def reconstruct_prefix_merged(
             (c for c in chains if call.prompt_ids[: len(c.token_ids)] == c.token_ids), None
         )
         if target is None:
-            breaks.append(ChainBreak(call.call_id, _break_reason(chains, call)))
+            breaks.append(ChainBreak(call.call_id, reason(chains, call)))
             chains.append(_start(call))
             continue
         target.call_ids.append(call.call_id)
@@ -102,3 +119,41 @@ def _break_reason(chains: list[Segment], call: CallTokens) -> str:
     if at >= len(call.prompt_ids):
         return f"prompt shorter than the chain ({len(call.prompt_ids)} < {len(last.token_ids)})"
     return f"prefix mismatch at token {at} of {len(last.token_ids)}"
+
+
+def reconstruct_by_agent(
+    calls: Iterable[CallTokens],
+) -> tuple[list[Segment], list[ChainBreak]]:
+    """Prefix merging within each agent: the main agent's chains first, then each subagent's
+    in the order it first called.
+
+    A call can only extend a chain that starts with its own system prompt, so the segments
+    are those of `reconstruct_prefix_merged`; what this adds is the order and the reasons:
+    `first_call`, `subagent_start`, `context_compaction: …` (the prompt is shorter than the
+    agent's history: it summarised or dropped turns) and `history_rewritten: …` (same
+    length or longer, but an earlier token differs: an edited or re-tokenised history).
+    """
+    by_agent: dict[str, list[CallTokens]] = {}
+    for call in calls:
+        by_agent.setdefault(call.agent, []).append(call)
+    segments: list[Segment] = []
+    breaks: list[ChainBreak] = []
+    for position, agent_calls in enumerate(by_agent.values()):
+        first = "first_call" if position == 0 else "subagent_start"
+        chains, agent_breaks = _merge(agent_calls, partial(_agent_reason, first=first))
+        segments.extend(chains)
+        breaks.extend(agent_breaks)
+    return segments, breaks
+
+
+def _agent_reason(chains: list[Segment], call: CallTokens, *, first: str) -> str:
+    if not chains:
+        return first
+    last = chains[-1]
+    at = _first_difference(last.token_ids, call.prompt_ids)
+    if len(call.prompt_ids) < len(last.token_ids):
+        return (
+            f"context_compaction: the prompt ({len(call.prompt_ids)} tokens) is shorter than "
+            f"the history ({len(last.token_ids)}), first difference at token {at}"
+        )
+    return f"history_rewritten: prefix mismatch at token {at} of {len(last.token_ids)}"

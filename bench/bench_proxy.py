@@ -1,0 +1,179 @@
+"""The recording proxy's cost: latency it adds per call, and calls per second it sustains.
+
+The upstream is a canned vLLM-shaped server on 127.0.0.1 (tests/trajectories/
+fake_upstream.py) answering at once, so its time is known: the same calls are sent to it
+directly and through the proxy, and the difference is what the proxy adds (parse, forward,
+record the call's rows, strip, answer). The proxy runs in Django's threaded WSGI server
+against the configured database (SQLite in a temporary HARNESS_DATA_DIR unless
+DATABASE_URL is set).
+
+    .venv/bin/python bench/bench_proxy.py [--calls 300] [--prompt-chars 8000]
+        [--threads 8] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("HARNESS_DATA_DIR", tempfile.mkdtemp(prefix="bench-proxy-"))
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+
+def setup() -> None:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def serve_django() -> tuple[Any, str]:
+    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+    from django.core.wsgi import get_wsgi_application
+
+    class QuietHandler(WSGIRequestHandler):
+        # As gunicorn does: without it each answer waits out the client's delayed ACK.
+        disable_nagle_algorithm = True
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadedWSGIServer(("127.0.0.1", 0), QuietHandler, allow_reuse_address=True)
+    server.set_app(get_wsgi_application())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _upstream_process(conn: Any) -> None:
+    from tests.trajectories.fake_upstream import FakeUpstream
+
+    with FakeUpstream(keep_requests=False) as upstream:
+        conn.send(upstream.base_url)
+        conn.recv()  # until the bench is done
+
+
+def start_upstream() -> tuple[Any, Any, str]:
+    """The fake upstream in its own process, so it never waits on this one's GIL."""
+    import multiprocessing
+
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("fork").Process(target=_upstream_process, args=(theirs,))
+    process.start()
+    return process, ours, ours.recv()
+
+
+def conversation(prompt_chars: int, turn: int) -> list[dict[str, str]]:
+    filler = ("The search returned three documents about the river. " * 200)[:prompt_chars]
+    return [
+        {"role": "system", "content": "You are a research agent with tools."},
+        {"role": "user", "content": filler},
+        {"role": "user", "content": f"turn {turn}"},
+    ]
+
+
+def timed_calls(client: Any, url: str, n: int, prompt_chars: int, stream: bool) -> list[float]:
+    times = []
+    for i in range(n):
+        body = {"model": "bench", "messages": conversation(prompt_chars, i), "stream": stream}
+        started = time.perf_counter()
+        if stream:
+            with client.stream("POST", url, json=body) as response:
+                for _ in response.iter_bytes():
+                    pass
+        else:
+            response = client.post(url, json=body)
+        times.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200, response.text
+    return times
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def sustained(base: str, threads: int, seconds: float, prompt_chars: int) -> tuple[int, float]:
+    import httpx
+
+    done = [0] * threads
+    stop = time.perf_counter() + seconds
+
+    def worker(slot: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            while time.perf_counter() < stop:
+                body = {"model": "bench", "messages": conversation(prompt_chars, slot)}
+                assert client.post(base, json=body).status_code == 200
+                done[slot] += 1
+
+    started = time.perf_counter()
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return sum(done), time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--prompt-chars", type=int, default=8000, help="≈ prompt tokens")
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    setup()
+    import httpx
+    from django.conf import settings
+    from django.db import connection
+
+    from trajectories.models import ModelCall
+    from trajectories.recording import recording_session_create
+
+    process, pipe, upstream_url = start_upstream()
+    try:
+        settings.PROXY_UPSTREAM_URL = upstream_url
+        server, base = serve_django()
+        session, key = recording_session_create(user=None, name="bench")
+        proxy_url = f"{base}/proxy/{key}/v1/chat/completions"
+        direct_url = f"{upstream_url}/chat/completions"
+        print(f"database {connection.vendor}; prompt ≈ {args.prompt_chars} tokens per call")
+        with httpx.Client(timeout=30) as client:
+            for stream in (False, True):
+                timed_calls(client, proxy_url, 20, args.prompt_chars, stream)  # warm up
+                timed_calls(client, direct_url, 20, args.prompt_chars, stream)
+                direct = timed_calls(client, direct_url, args.calls, args.prompt_chars, stream)
+                proxied = timed_calls(client, proxy_url, args.calls, args.prompt_chars, stream)
+                added = statistics.median(proxied) - statistics.median(direct)
+                label = "streamed" if stream else "whole"
+                print(
+                    f"{label:8s} direct p50 {statistics.median(direct):6.2f} ms · proxied p50 "
+                    f"{statistics.median(proxied):6.2f} ms p99 {percentile(proxied, 0.99):6.2f} ms"
+                    f" · added p50 {added:5.2f} ms"
+                )
+        calls, elapsed = sustained(proxy_url, args.threads, args.seconds, args.prompt_chars)
+        print(
+            f"sustained: {calls} calls in {elapsed:.1f} s with {args.threads} client threads "
+            f"= {calls / elapsed:.0f} calls/s"
+        )
+        recorded = ModelCall.objects.filter(episode=session.episode).count()
+        print(f"recorded calls: {recorded}")
+        server.shutdown()
+    finally:
+        pipe.send("stop")
+        process.join(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

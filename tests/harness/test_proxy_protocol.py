@@ -1,0 +1,153 @@
+"""The recording proxy's protocol helpers and per-agent reconstruction: no database."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness_app.harness.llm.proxy_protocol import (
+    ProtocolError,
+    StreamFold,
+    agent_fingerprint,
+    sse_data,
+    sse_events,
+    strip_added,
+    tokens_of,
+    upstream_request,
+)
+from harness_app.harness.llm.reconstruct import CallTokens, reconstruct_by_agent
+
+
+def test_the_request_gains_token_capture_and_the_caller_is_remembered():
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}
+    forwarded, asked = upstream_request(body)
+    assert forwarded["return_token_ids"] is True and forwarded["logprobs"] is True
+    assert forwarded["top_logprobs"] == 0  # top_logprobs without logprobs was never served
+    assert not asked.token_ids and not asked.logprobs and not asked.stream
+    assert "return_token_ids" not in body  # the caller's request is kept as sent
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [([], None), ({"messages": "hi"}, "messages"), ({"messages": [{}], "n": 2}, "n")],
+)
+def test_requests_the_proxy_cannot_record_are_refused_by_name(body, param):
+    with pytest.raises(ProtocolError) as caught:
+        upstream_request(body)
+    assert caught.value.param == param
+
+
+def test_stripping_nulls_what_was_added_and_keeps_what_was_asked():
+    payload = {
+        "prompt_token_ids": [1, 2],
+        "choices": [{"token_ids": [3], "logprobs": {"content": [{"logprob": -1.0}]}}],
+    }
+    _, plain = upstream_request({"messages": [{}]})
+    assert strip_added(json.loads(json.dumps(payload)), plain) == {
+        "prompt_token_ids": None,
+        "choices": [{"token_ids": None, "logprobs": None}],
+    }
+    _, both = upstream_request({"messages": [{}], "return_token_ids": True, "logprobs": True})
+    assert strip_added(json.loads(json.dumps(payload)), both) == payload
+
+
+def test_a_stream_folds_into_the_whole_response_with_tool_calls():
+    fold = StreamFold()
+    chunks = [
+        {"id": "c", "model": "m", "prompt_token_ids": [1, 2], "choices": [{"delta": {}}]},
+        {
+            "choices": [
+                {
+                    "delta": {"content": "He"},
+                    "token_ids": [5],
+                    "logprobs": {"content": [{"logprob": -0.5}]},
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "t1",
+                                "function": {"name": "se", "arguments": '{"q"'},
+                            }
+                        ]
+                    },
+                    "token_ids": [6],
+                    "logprobs": {"content": [{"logprob": -0.25}]},
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "delta": {
+                        "tool_calls": [
+                            {"index": 0, "function": {"name": "arch", "arguments": ": 1}"}}
+                        ]
+                    },
+                    "finish_reason": "tool_calls",
+                    "token_ids": [7],
+                    "logprobs": {"content": [{"logprob": 0.0}]},
+                }
+            ]
+        },
+    ]
+    for chunk in chunks:
+        fold.feed(chunk)
+    folded = fold.response()
+    message = folded["choices"][0]["message"]
+    assert message["content"] == "He"
+    assert message["tool_calls"] == [
+        {"id": "t1", "type": "function", "function": {"name": "search", "arguments": '{"q": 1}'}}
+    ]
+    found = tokens_of(folded)
+    assert (found.prompt_ids, found.completion_ids, found.logprobs) == (
+        [1, 2],
+        [5, 6, 7],
+        [-0.5, -0.25, 0.0],
+    )
+    assert found.problem == "" and folded["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_missing_or_mismatched_token_capture_is_named():
+    assert tokens_of({"choices": [{}]}).problem.startswith("token_capture_missing")
+    short = {
+        "prompt_token_ids": [1],
+        "choices": [{"token_ids": [2, 3], "logprobs": {"content": [{"logprob": 0}]}}],
+    }
+    assert tokens_of(short).problem.startswith("token_count_mismatch")
+
+
+def test_sse_events_split_on_blank_lines_and_keep_the_rest():
+    events, rest = sse_events(b"data: 1\n\n: comment\n\ndata: [DONE]\r\n\r\ndata: par")
+    assert events == [b"data: 1", b": comment", b"data: [DONE]"]
+    assert rest == b"data: par"
+    assert sse_data(events[0]) == b"1" and sse_data(events[1]) is None
+
+
+def test_the_fingerprint_follows_the_system_prompt_only():
+    a = agent_fingerprint([{"role": "system", "content": "main"}, {"role": "user", "content": "1"}])
+    b = agent_fingerprint([{"role": "system", "content": "main"}, {"role": "user", "content": "2"}])
+    c = agent_fingerprint([{"role": "system", "content": "sub"}])
+    assert a == b != c and len(a) == 12
+
+
+def test_per_agent_merging_names_subagents_and_compaction():
+    calls = [
+        CallTokens(1, [1, 2], [3], [-0.1], "v", "main"),
+        CallTokens(2, [9, 8], [7], [-0.2], "v", "sub"),
+        CallTokens(3, [1, 2, 3, 4], [5], [-0.3], "v", "main"),
+        CallTokens(4, [1, 6], [5], [-0.4], "v", "main"),  # the history was summarised
+    ]
+    segments, breaks = reconstruct_by_agent(calls)
+    assert [s.call_ids for s in segments] == [[1, 3], [4], [2]]
+    assert [s.agent for s in segments] == ["main", "main", "sub"]
+    assert segments[0].loss_mask == [0, 0, 1, 0, 1]
+    reasons = {b.call_id: b.reason for b in breaks}
+    assert reasons[1] == "first_call" and reasons[2] == "subagent_start"
+    assert reasons[4].startswith("context_compaction: the prompt (2 tokens)")

@@ -1,0 +1,301 @@
+"""The recording proxy: /proxy/<session key>/v1/chat/completions and /v1/models.
+
+An outside agent points its OpenAI client at the session's base_url. Each chat call is
+forwarded to the one upstream in settings (PROXY_UPSTREAM_URL): nothing in the request
+(path, query, headers, body) can name another host, and none of the caller's headers is
+forwarded. The request gains `return_token_ids` and `logprobs`; the answer loses them
+again unless the caller asked (harness_app/harness/llm/proxy_protocol.py), and is
+otherwise passed through as the upstream sent it, streamed or not. Every call, whole or
+aborted, is recorded under the session (trajectories/recording.py).
+
+The key in the path is the credential, so these views need no login and no CSRF token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from harness_app.harness.llm.proxy_protocol import (
+    Asked,
+    ProtocolError,
+    StreamFold,
+    agent_fingerprint,
+    needs_stripping,
+    sse_data,
+    sse_events,
+    strip_added,
+    tokens_of,
+    upstream_request,
+)
+from trajectories.models import RecordingSession
+from trajectories.recording import (
+    RecordedCall,
+    SessionKeyError,
+    recorded_call_save,
+    recording_session_authenticate,
+)
+
+log = logging.getLogger(__name__)
+_client_lock = threading.Lock()
+_client: httpx.Client | None = None
+
+
+def upstream_client() -> httpx.Client:
+    """One pooled client per process: reusing connections keeps the added latency low."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            _client = httpx.Client(
+                timeout=httpx.Timeout(settings.PROXY_TIMEOUT_S, connect=10.0),
+                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+                trust_env=False,  # no proxy variables may redirect the upstream either
+            )
+        return _client
+
+
+def _error(status: int, message: str, kind: str, param: str | None = None) -> JsonResponse:
+    # The OpenAI error shape, so the agent's client raises a readable exception.
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return JsonResponse(body, status=status)
+
+
+def _session_or_error(key: str) -> RecordingSession | JsonResponse:
+    try:
+        return recording_session_authenticate(key=key)
+    except SessionKeyError as exc:
+        return _error(exc.status, str(exc), "invalid_session_key")
+
+
+@csrf_exempt
+@login_not_required
+@require_GET
+def proxy_models(request: HttpRequest, key: str) -> HttpResponse:
+    session = _session_or_error(key)
+    if isinstance(session, JsonResponse):
+        return session
+    try:
+        upstream = upstream_client().get(f"{settings.PROXY_UPSTREAM_URL}/models")
+    except httpx.HTTPError as exc:
+        return _error(502, f"the model server is unreachable: {exc}", "upstream_unreachable")
+    return HttpResponse(
+        upstream.content,
+        status=upstream.status_code,
+        content_type=upstream.headers.get("content-type", "application/json"),
+    )
+
+
+@csrf_exempt
+@login_not_required
+@require_POST
+def proxy_chat_completions(request: HttpRequest, key: str) -> HttpResponseBase:
+    session = _session_or_error(key)
+    if isinstance(session, JsonResponse):
+        return session
+    try:
+        body = json.loads(request.body)
+        forwarded, asked = upstream_request(body)
+    except RequestDataTooBig:
+        return _error(413, "the request body is too large", "invalid_request_error")
+    except (ValueError, UnicodeDecodeError) as exc:
+        param = exc.param if isinstance(exc, ProtocolError) else None
+        return _error(400, f"not a chat completion request: {exc}", "invalid_request_error", param)
+    call = _Call(session=session, request=body, forwarded=forwarded, asked=asked)
+    if asked.stream:
+        return call.streamed()
+    return call.whole()
+
+
+class _Call:
+    """One proxied call: forwards it, answers the caller, records it exactly once."""
+
+    def __init__(
+        self,
+        *,
+        session: RecordingSession,
+        request: dict[str, Any],
+        forwarded: dict[str, Any],
+        asked: Asked,
+    ) -> None:
+        self.session = session
+        self.request = request
+        self.forwarded = forwarded
+        self.asked = asked
+        self.agent = agent_fingerprint(request.get("messages"))
+        self.started = time.perf_counter()
+        self.upstream_ms = 0.0
+
+    def _send(self, *, stream: bool) -> httpx.Response:
+        client = upstream_client()
+        upstream = client.build_request(
+            "POST",
+            f"{settings.PROXY_UPSTREAM_URL}/chat/completions",
+            json=self.forwarded,
+            headers={"accept": "text/event-stream" if stream else "application/json"},
+        )
+        return client.send(upstream, stream=stream)
+
+    def whole(self) -> HttpResponse:
+        try:
+            sent = time.perf_counter()
+            upstream = self._send(stream=False)
+            self.upstream_ms = (time.perf_counter() - sent) * 1000
+        except httpx.HTTPError as exc:
+            return self._unreachable(exc)
+        if upstream.status_code != 200:
+            self._record_refused(upstream.status_code, upstream.text)
+            return _passthrough(upstream.content, upstream)
+        try:
+            payload = upstream.json()
+        except ValueError:
+            self._record({}, error="model_bad_response: not JSON", aborted=True)
+            return _passthrough(upstream.content, upstream)
+        self._record_response(payload)
+        if not needs_stripping(self.asked):
+            return _passthrough(upstream.content, upstream)
+        return JsonResponse(strip_added(payload, self.asked), status=200)
+
+    def streamed(self) -> HttpResponseBase:
+        try:
+            upstream = self._send(stream=True)
+        except httpx.HTTPError as exc:
+            return self._unreachable(exc)
+        if upstream.status_code != 200:
+            content = upstream.read()
+            upstream.close()
+            self._record_refused(upstream.status_code, content.decode(errors="replace"))
+            return _passthrough(content, upstream)
+        response = StreamingHttpResponse(
+            self._relay(upstream), content_type=upstream.headers.get("content-type")
+        )
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # let nginx pass events on as they come
+        return response
+
+    def _relay(self, upstream: httpx.Response) -> Iterator[bytes]:
+        fold = StreamFold()
+        problem = "stream_broken: the stream ended before [DONE]"
+        buffer = b""
+        try:
+            for piece in upstream.iter_bytes():
+                events, buffer = sse_events(buffer + piece)
+                for event in events:
+                    yield self._event(event, fold) + b"\n\n"
+            if buffer.strip():
+                yield self._event(buffer, fold) + b"\n\n"
+            if fold.done:
+                problem = ""
+        except httpx.HTTPError as exc:
+            problem = f"stream_broken: {exc}"
+        except GeneratorExit:
+            problem = "client_disconnected: the caller closed the stream"
+            raise
+        finally:
+            upstream.close()
+            self.upstream_ms = (time.perf_counter() - self.started) * 1000
+            if problem:
+                self._record(fold.response(), error=problem, aborted=True)
+            else:
+                self._record_response(fold.response())
+
+    def _event(self, event: bytes, fold: StreamFold) -> bytes:
+        data = sse_data(event)
+        if data is None:
+            return event
+        if data.strip() == b"[DONE]":
+            fold.done = True
+            return event
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return event
+        fold.feed(chunk)
+        if not needs_stripping(self.asked) or not isinstance(chunk, dict):
+            return event
+        return b"data: " + json.dumps(strip_added(chunk, self.asked)).encode()
+
+    def _unreachable(self, exc: httpx.HTTPError) -> JsonResponse:
+        reason = (
+            "model_timeout" if isinstance(exc, httpx.TimeoutException) else "upstream_unreachable"
+        )
+        message = f"{reason}: {type(exc).__name__}: {exc}"
+        self._record({}, error=message, aborted=True)
+        return _error(502, f"the model server did not answer ({message})", reason)
+
+    def _record_refused(self, status: int, text: str) -> None:
+        # The server refused the request (e.g. a context too long): the agent sees the
+        # refusal and goes on, so the trajectory stays faithful; only a call that started
+        # and did not finish (5xx, broken stream) is aborted.
+        self._record({}, error=f"upstream_{status}: {text[:500]}", aborted=status >= 500)
+
+    def _record_response(self, payload: dict[str, Any]) -> None:
+        found = tokens_of(payload)
+        self._record(
+            _without_token_ids(payload),
+            error=found.problem,
+            aborted=bool(found.problem),
+            tokens=(found.prompt_ids, found.completion_ids, found.logprobs),
+        )
+
+    def _record(
+        self,
+        payload: dict[str, Any],
+        *,
+        error: str,
+        aborted: bool,
+        tokens: tuple[list[int], list[int], list[float]] = ([], [], []),
+    ) -> None:
+        total_ms = (time.perf_counter() - self.started) * 1000
+        version = str(payload.get("model") or self.request.get("model") or "")
+        try:
+            recorded_call_save(
+                session=self.session,
+                call=RecordedCall(
+                    request=self.request,
+                    response=payload,
+                    prompt_ids=tokens[0],
+                    completion_ids=tokens[1],
+                    logprobs=tokens[2],
+                    agent=self.agent,
+                    policy_version=version,
+                    latency_ms=total_ms,
+                    error=error,
+                    aborted=aborted,
+                ),
+            )
+        except Exception:
+            # The agent still gets its answer; the lost record shows in the log.
+            log.exception("could not record a call of recording session %s", self.session.pk)
+
+
+def _without_token_ids(payload: dict[str, Any]) -> dict[str, Any]:
+    # The ids are stored once, as int32 blobs; as JSON they would double the row.
+    stored = {k: v for k, v in payload.items() if k != "prompt_token_ids"}
+    stored["choices"] = [
+        {k: v for k, v in choice.items() if k != "token_ids"}
+        if isinstance(choice, dict)
+        else choice
+        for choice in payload.get("choices") or []
+    ]
+    return stored
+
+
+def _passthrough(content: bytes, upstream: httpx.Response) -> HttpResponse:
+    return HttpResponse(
+        content,
+        status=upstream.status_code,
+        content_type=upstream.headers.get("content-type", "application/json"),
+    )

@@ -1,0 +1,257 @@
+"""Recording sessions: every write behind the recording proxy (docs/proxy.md).
+
+A session owns one Episode of kind "recorded". Its key is returned once by
+`recording_session_create` and never stored: the row keeps the key's SHA-256, and
+`recording_session_authenticate` finds the session by hashing what the caller sent. A key
+opens exactly one session, and only while the session is open, unexpired and unrevoked.
+
+Each proxied call becomes a ModelCall (`recorded_call_save`), numbered in the order calls
+finish: an agent sends its next call only after reading the previous reply, so finishing
+order is the order prefix merging needs. The session's `untrainable_reason` is kept
+current as calls arrive: an aborted call, or calls served by two policy versions (the
+served model name differs, e.g. a new LoRA adapter), make it non-trainable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from trajectories.models import (
+    Episode,
+    EpisodeKind,
+    EpisodeStatus,
+    ModelCall,
+    RecordingSession,
+    pack_floats,
+    pack_ints,
+)
+
+KEY_PREFIX = "hrk_"
+CLOSED_REASON = "session_closed"
+MAX_METADATA_BYTES = 64 * 1024
+
+
+class RecordingError(ValueError):
+    """A session request that cannot be done; `field` names the offending input."""
+
+    def __init__(self, message: str, field: str = "non_field_errors") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class SessionKeyError(Exception):
+    """A proxy key that opens no session; `status` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 401) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _ttl(ttl_s: int | None) -> timedelta:
+    seconds = settings.PROXY_SESSION_TTL_S if ttl_s is None else ttl_s
+    limit = settings.PROXY_SESSION_MAX_TTL_S
+    if not 60 <= seconds <= limit:
+        raise RecordingError(
+            f"ttl_s must be between 60 and {limit} seconds, got {seconds}", "ttl_s"
+        )
+    return timedelta(seconds=seconds)
+
+
+def _check_metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise RecordingError("metadata must be a JSON object", "metadata")
+    if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
+        raise RecordingError(f"metadata must be at most {MAX_METADATA_BYTES} bytes", "metadata")
+    return metadata
+
+
+@transaction.atomic
+def recording_session_create(
+    *,
+    user: Any,
+    name: str = "",
+    task: str = "",
+    ttl_s: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[RecordingSession, str]:
+    """A new open session and its proxy key (the only time the key is known)."""
+    expires_at = timezone.now() + _ttl(ttl_s)
+    checked = _check_metadata(metadata)
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    episode = Episode.objects.create(
+        kind=EpisodeKind.RECORDED, status=EpisodeStatus.RUNNING, started_at=timezone.now()
+    )
+    session = RecordingSession.objects.create(
+        episode=episode,
+        name=name.strip(),
+        task=task.strip(),
+        key_hash=key_hash(key),
+        key_hint=key[:12],
+        metadata=checked,
+        created_by=user if getattr(user, "pk", None) else None,
+        expires_at=expires_at,
+    )
+    return session, key
+
+
+def recording_session_authenticate(*, key: str) -> RecordingSession:
+    """The open session this key belongs to; SessionKeyError says why there is none."""
+    if not key.startswith(KEY_PREFIX) or len(key) > 100:
+        raise SessionKeyError("not a recording session key")
+    fields = ("pk", "episode_id", "revoked_at", "closed_at", "expires_at")
+    try:
+        session = RecordingSession.objects.only(*fields).get(key_hash=key_hash(key))
+    except RecordingSession.DoesNotExist:
+        raise SessionKeyError("unknown recording session key") from None
+    # The caller holds the secret, so it may learn why its own session is refused.
+    if session.revoked_at is not None:
+        raise SessionKeyError(f"recording session {session.pk} was revoked", 403)
+    if session.closed_at is not None:
+        raise SessionKeyError(f"recording session {session.pk} is closed", 403)
+    if session.expires_at <= timezone.now():
+        raise SessionKeyError(f"recording session {session.pk} expired", 403)
+    return session
+
+
+@transaction.atomic
+def recording_session_revoke(*, session: RecordingSession) -> RecordingSession:
+    """Refuse the key from now on; what was recorded stays."""
+    locked = RecordingSession.objects.select_for_update().get(pk=session.pk)
+    if locked.revoked_at is None:
+        locked.revoked_at = timezone.now()
+        locked.save(update_fields=["revoked_at"])
+    return locked
+
+
+@transaction.atomic
+def recording_session_close(
+    *,
+    session: RecordingSession,
+    reward: float | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> RecordingSession:
+    """End the session: the key stops working, the episode completes with its reward."""
+    locked = RecordingSession.objects.select_for_update().get(pk=session.pk)
+    if locked.closed_at is not None:
+        raise RecordingError(f"recording session {locked.pk} is already closed")
+    if reward is not None and reward != reward:
+        raise RecordingError("reward must be a finite number", "reward")
+    now = timezone.now()
+    locked.closed_at = now
+    locked.metadata = {**locked.metadata, **_check_metadata(metadata)}
+    locked.untrainable_reason = untrainable_reason(episode_id=locked.episode_id)
+    locked.save(update_fields=["closed_at", "metadata", "untrainable_reason"])
+    Episode.objects.filter(pk=locked.episode_id).update(
+        status=EpisodeStatus.COMPLETED,
+        termination_reason=CLOSED_REASON,
+        reward=reward,
+        finished_at=now,
+    )
+    locked.episode.refresh_from_db()
+    return locked
+
+
+def untrainable_reason(*, episode_id: int) -> str:
+    """Why a recorded episode cannot be trained on, or "" (two queries)."""
+    aborted = (
+        ModelCall.objects.filter(episode_id=episode_id, aborted=True)
+        .values_list("turn_index", "error")
+        .first()
+    )
+    if aborted is not None:
+        return f"aborted_call: call {aborted[0]} ({aborted[1][:200]})"
+    versions = sorted(
+        set(
+            ModelCall.objects.filter(episode_id=episode_id, error="").values_list(
+                "policy_version", flat=True
+            )
+        )
+    )
+    if len(versions) > 1:
+        return f"mixed_policy_versions: {', '.join(versions)}"[:300]
+    return ""
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One proxied call as the proxy saw it, ready to store."""
+
+    request: dict[str, Any]
+    response: dict[str, Any]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    agent: str
+    policy_version: str
+    latency_ms: float
+    error: str = ""
+    aborted: bool = False
+
+
+@transaction.atomic
+def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> ModelCall:
+    """Store one call as the next turn of the session's episode.
+
+    The episode row is locked while the call takes its number, so concurrent calls (an
+    agent's parallel subagents) get distinct, gap-free turn indexes.
+    """
+    episode = (
+        Episode.objects.select_for_update()
+        .only("pk", "turns", "policy_version")
+        .get(pk=session.episode_id)
+    )
+    choice = (call.response.get("choices") or [{}])[0] or {}
+    row = ModelCall.objects.create(
+        episode_id=episode.pk,
+        turn_index=episode.turns,
+        request=call.request,
+        response=call.response,
+        prompt_token_ids_blob=pack_ints(call.prompt_ids),
+        completion_token_ids_blob=pack_ints(call.completion_ids),
+        completion_logprobs_blob=pack_floats(call.logprobs),
+        finish_reason=str(choice.get("finish_reason") or "")[:40],
+        usage=call.response.get("usage") or {},
+        latency_ms=call.latency_ms,
+        policy_version=call.policy_version[:100],
+        error=call.error,
+        agent=call.agent,
+        aborted=call.aborted,
+    )
+    # The episode's policy version is its first completed call's; a later call served by
+    # another version (a new adapter, another model) makes the session untrainable.
+    first_version = not episode.policy_version and not row.error
+    Episode.objects.filter(pk=episode.pk).update(
+        turns=F("turns") + 1,
+        **({"policy_version": row.policy_version} if first_version else {}),
+    )
+    _mark_untrainable(session, row, episode.policy_version)
+    return row
+
+
+def _mark_untrainable(session: RecordingSession, row: ModelCall, version: str) -> None:
+    # Only the first reason is kept; a session never becomes trainable again.
+    reason = ""
+    if row.aborted:
+        reason = f"aborted_call: call {row.turn_index} ({row.error[:200]})"
+    elif not row.error and version and row.policy_version != version:
+        reason = f"mixed_policy_versions: {version}, {row.policy_version}"[:300]
+    if reason:
+        RecordingSession.objects.filter(pk=session.pk, untrainable_reason="").update(
+            untrainable_reason=reason
+        )

@@ -1,0 +1,149 @@
+"""Reads over recording sessions: their calls as token chains, per agent, as plain data.
+
+Reconstruction is `harness.llm.reconstruct`'s: per request, or prefix merging within each
+agent (`reconstruct_by_agent`), whose breaks name subagent starts and context compaction.
+Aborted and refused calls carry no completion and are left out of the chains; an aborted
+one still makes the session non-trainable (`RecordingSession.untrainable_reason`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import QuerySet
+
+from harness_app.harness.llm.reconstruct import (
+    CallTokens,
+    ChainBreak,
+    Segment,
+    reconstruct_by_agent,
+    reconstruct_per_request,
+)
+from trajectories.models import Episode, ModelCall, RecordingSession
+from trajectories.selectors_episode import BLOB_FIELDS, CallSummary, _call_summary
+
+MODES = ("prefix", "request")
+
+
+def recording_sessions() -> QuerySet[RecordingSession]:
+    return RecordingSession.objects.select_related("episode", "created_by").order_by("-pk")
+
+
+def session_state(session: RecordingSession, *, now: Any) -> str:
+    if session.closed_at is not None:
+        return "closed"
+    if session.revoked_at is not None:
+        return "revoked"
+    if session.expires_at <= now:
+        return "expired"
+    return "open"
+
+
+def recorded_call_tokens(*, episode: Episode | int) -> list[CallTokens]:
+    """The episode's successful calls, in the order they finished, with their agent."""
+    rows = (
+        ModelCall.objects.filter(episode=episode, error="")
+        .order_by("turn_index", "pk")
+        .only("pk", "policy_version", "agent", *BLOB_FIELDS)
+    )
+    return [
+        CallTokens(
+            c.pk,
+            c.prompt_token_ids,
+            c.completion_token_ids,
+            c.completion_logprobs,
+            c.policy_version,
+            c.agent,
+        )
+        for c in rows
+    ]
+
+
+def recording_segments(
+    *, episode: Episode | int, mode: str = "prefix"
+) -> tuple[list[Segment], list[ChainBreak]]:
+    if mode not in MODES:
+        raise ValueError(f"unknown reconstruction mode {mode!r}; use prefix or request")
+    calls = recorded_call_tokens(episode=episode)
+    if mode == "request":
+        return reconstruct_per_request(calls), []
+    return reconstruct_by_agent(calls)
+
+
+def recording_trajectory(*, session: RecordingSession, mode: str = "prefix") -> dict[str, Any]:
+    """The session's training sequences: tokens, loss masks, logprobs, and the breaks."""
+    segments, breaks = recording_segments(episode=session.episode_id, mode=mode)
+    main = segments[0].agent if segments else ""
+    return {
+        "session": session.pk,
+        "episode": session.episode_id,
+        "mode": mode,
+        "trainable": session.trainable,
+        "untrainable_reason": session.untrainable_reason,
+        "chains": [
+            {
+                "agent": s.agent,
+                "role": "main" if s.agent == main else "subagent",
+                "call_ids": list(s.call_ids),
+                "policy_versions": sorted(s.policy_versions),
+                "sampled_tokens": s.sampled_tokens,
+                "token_ids": s.token_ids,
+                "loss_mask": s.loss_mask,
+                "logprobs": s.logprobs,
+            }
+            for s in segments
+        ],
+        "breaks": [{"call_id": b.call_id, "reason": b.reason} for b in breaks],
+    }
+
+
+@dataclass
+class ChainView:
+    number: int
+    agent: str
+    role: str
+    calls: list[tuple[int, CallSummary]] = field(default_factory=list)  # (turn index, call)
+    sampled_tokens: int = 0
+    tokens: int = 0
+
+
+@dataclass
+class RecordingView:
+    session: RecordingSession
+    state: str
+    chains: list[ChainView]
+    breaks: dict[int, str]
+    failed: list[CallSummary]  # aborted or refused calls, in no chain
+
+
+def recording_view(*, episode: Episode, now: Any) -> RecordingView:
+    """The recorded episode page: session facts, chains with their calls (three queries)."""
+    session = RecordingSession.objects.select_related("created_by").get(episode=episode)
+    segments, breaks = recording_segments(episode=episode)
+    calls = ModelCall.objects.filter(episode=episode).defer("request", *BLOB_FIELDS)
+    summaries = {c.pk: (c, _call_summary(c)) for c in calls.order_by("turn_index", "pk")}
+    main = segments[0].agent if segments else ""
+    chains = []
+    for number, segment in enumerate(segments):
+        chain = ChainView(
+            number=number,
+            agent=segment.agent,
+            role="main agent" if segment.agent == main else "subagent",
+            sampled_tokens=segment.sampled_tokens,
+            tokens=len(segment.token_ids),
+        )
+        chain.calls = [
+            (summaries[pk][0].turn_index, summaries[pk][1])
+            for pk in (int(str(p)) for p in segment.call_ids)
+        ]
+        chains.append(chain)
+    in_chain = {int(str(pk)) for s in segments for pk in s.call_ids}
+    failed = [summary for pk, (_, summary) in summaries.items() if pk not in in_chain]
+    return RecordingView(
+        session=session,
+        state=session_state(session, now=now),
+        chains=chains,
+        breaks={int(str(b.call_id)): b.reason for b in breaks},
+        failed=failed,
+    )
