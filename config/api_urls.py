@@ -16,12 +16,13 @@ from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from harness_app.api import BenchmarkViewSet, ImportJobViewSet, PolicyConfigViewSet
-from training.api import ExportViewSet
+from training.api import ExportViewSet, RLJobViewSet
 from trajectories.api import AnnotationViewSet, BatchViewSet, EpisodeViewSet
+from trajectories.api_recording import RecordingViewSet
 
 SCHEMA_SETTINGS = {
     "TITLE": "Harness workbench API",
-    "DESCRIPTION": "Rollout batches, episodes, annotations and SFT exports. "
+    "DESCRIPTION": "Rollout batches, episodes, annotations, SFT exports and RL jobs. "
     "Authenticate with `Authorization: Token <key>` (POST /api/token/ gives the key).",
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,
@@ -32,6 +33,9 @@ SCHEMA_SETTINGS = {
         "BenchmarkSourceEnum": "harness_app.models.BenchmarkSource",
         "ExportStatusEnum": "training.models.ExportStatus",
         "ExportFormatEnum": "training.models.ExportFormat",
+        "RLJobStatusEnum": "training.models.RLJobStatus",
+        "RLStepStatusEnum": "training.models.RLStepStatus",
+        "RLAlgorithmEnum": "training.models.RLAlgorithm",
     },
 }
 OFFLINE_DOCS = {"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR"}
@@ -55,6 +59,8 @@ router.register("batches", BatchViewSet, basename="batch")
 router.register("episodes", EpisodeViewSet, basename="episode")
 router.register("annotations", AnnotationViewSet, basename="annotation")
 router.register("exports", ExportViewSet, basename="export")
+router.register("rl-jobs", RLJobViewSet, basename="rl-job")
+router.register("recordings", RecordingViewSet, basename="recording")
 
 urlpatterns = [
     path("token/", obtain_auth_token, name="api-token"),

@@ -182,6 +182,19 @@ LOGGING = {
 EPISODE_STALE_AFTER_S = env_int("EPISODE_STALE_AFTER_S", 300)
 VLLM_TIMEOUT_S = env_int("VLLM_TIMEOUT_S", 120)
 VLLM_RETRIES = env_int("VLLM_RETRIES", 3)
+# The recording proxy (docs/proxy.md). Its upstream comes from here only, never from a
+# request, so a session key cannot turn the server into an open relay.
+PROXY_UPSTREAM_URL = env_str("PROXY_UPSTREAM_URL", VLLM_BASE_URL).rstrip("/")
+PROXY_TIMEOUT_S = env_int("PROXY_TIMEOUT_S", 600)
+PROXY_SESSION_TTL_S = env_int("PROXY_SESSION_TTL_S", 24 * 3600)
+PROXY_SESSION_MAX_TTL_S = env_int("PROXY_SESSION_MAX_TTL_S", 30 * 24 * 3600)
 EPISODE_SOFT_TIME_LIMIT_S = env_int("EPISODE_SOFT_TIME_LIMIT_S", 1800)
 ANNOTATION_OVERLAP = env_int("ANNOTATION_OVERLAP", 1)  # distinct annotators per episode
 ANNOTATION_LOCK_TTL_S = env_int("ANNOTATION_LOCK_TTL_S", 900)
+# RL jobs: where the training worker runs the trainer, and the launch form's default for
+# the local folder of the weights vLLM serves (make llm lays SmolLM2 out in .llm/).
+RL_TRAIN_DEVICE = env_str("RL_TRAIN_DEVICE", "cpu")
+if RL_TRAIN_DEVICE not in ("cpu", "cuda") and not RL_TRAIN_DEVICE.startswith("cuda:"):
+    raise ImproperlyConfigured(f"RL_TRAIN_DEVICE={RL_TRAIN_DEVICE!r}: use cpu, cuda or cuda:N")
+RL_BASE_MODEL_DIR = env_str("RL_BASE_MODEL_DIR", str(BASE_DIR / ".llm" / "smollm2-135m-instruct"))
+RL_POLL_S = float(env_int("RL_POLL_MS", 2000)) / 1000

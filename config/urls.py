@@ -12,4 +12,5 @@ urlpatterns = [
     path("api/", include("config.api_urls")),
     path("", include("harness_app.urls")),
     path("", include("trajectories.urls")),
+    path("training/", include("training.urls")),
 ]

@@ -42,6 +42,8 @@ def start_worker(
     *,
     queues: str = "celery,index,rollouts,rollouts_llm,training",
     concurrency: int = 2,
+    pool: str = "prefork",
+    name: str = "worker",
     extra_env: dict[str, str] | None = None,
 ) -> LiveWorker:
     env = dict(os.environ)
@@ -57,7 +59,7 @@ def start_worker(
     env["HARNESS_DATA_DIR"] = str(settings.DATA_DIR)
     env.update(extra_env or {})
     tmp_path.mkdir(parents=True, exist_ok=True)
-    log_path = tmp_path / "worker.log"
+    log_path = tmp_path / f"{name}.log"
     log = log_path.open("wb")
     process = subprocess.Popen(
         [
@@ -70,6 +72,8 @@ def start_worker(
             "--loglevel=INFO",
             f"--queues={queues}",
             f"--concurrency={concurrency}",
+            f"--pool={pool}",
+            f"--hostname={name}@%h",
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",

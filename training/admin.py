@@ -1,21 +1,12 @@
-"""Exports in the admin: read-only, because an export is an immutable record."""
+"""Exports and RL jobs in the admin: read-only, because both are records of what a model
+was trained on; they change only through training/services*.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
-from training.models import SFTExport, SFTExportEpisode
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from harness_app.admin_base import ReadOnlyAdmin
+from training.models import PolicyVersion, RLJob, RLStep, SFTExport, SFTExportEpisode
 
 
 @admin.register(SFTExport)
@@ -28,3 +19,25 @@ class SFTExportAdmin(ReadOnlyAdmin):
 class SFTExportEpisodeAdmin(ReadOnlyAdmin):
     list_display = ("export", "episode", "first_line", "records", "sha256")
     raw_id_fields = ("export", "episode")
+
+
+@admin.register(RLJob)
+class RLJobAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "name", "status", "algorithm", "steps_done", "steps", "created_at")
+    list_filter = ("status", "algorithm")
+
+
+@admin.register(RLStep)
+class RLStepAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "job", "index", "status", "batch", "finished_at")
+    list_filter = ("status",)
+    raw_id_fields = ("job", "batch", "version", "produced")
+    list_select_related = ("job", "batch")
+    changelist_defer = ("metrics",)
+
+
+@admin.register(PolicyVersion)
+class PolicyVersionAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "job", "number", "policy", "trained_at_step", "created_at")
+    raw_id_fields = ("job", "policy")
+    list_select_related = ("job", "policy")

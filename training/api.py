@@ -1,10 +1,12 @@
-"""The API for SFT exports: researchers create them; everyone with a role reads them."""
+"""The API for SFT exports and RL jobs: researchers create them; everyone with a role
+reads them."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -15,9 +17,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_app.api import ResearcherWrites, request_user
-from training import services
-from training.models import ExportStatus, SFTExport
-from training.serializers import ExportCreateSerializer, ExportSerializer
+from training import selectors_rl, services, services_rl
+from training.models import ExportStatus, RLJob, RLStep, SFTExport
+from training.serializers import (
+    ExportCreateSerializer,
+    ExportSerializer,
+    RLJobCreateSerializer,
+    RLJobDetailSerializer,
+    RLJobSerializer,
+)
 
 
 class NotReady(APIException):
@@ -75,3 +83,57 @@ class ExportViewSet(
         )
         response["X-Content-SHA256"] = export.manifest.get("sha256", "")
         return response
+
+
+# --- RL jobs ---------------------------------------------------------------------------------
+
+
+class RLJobViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[RLJob]
+):
+    """RL jobs: researchers launch and cancel them; everyone follows their steps."""
+
+    permission_classes = [ResearcherWrites]
+
+    def get_queryset(self) -> QuerySet[RLJob]:
+        queryset = selectors_rl.rl_jobs_queryset()
+        if self.action == "retrieve":
+            steps = RLStep.objects.select_related("version", "produced").order_by("index")
+            queryset = queryset.prefetch_related(
+                Prefetch("step_rows", queryset=steps), "versions__policy"
+            )
+        return queryset
+
+    def get_serializer_class(self) -> Any:
+        return RLJobDetailSerializer if self.action == "retrieve" else RLJobSerializer
+
+    @extend_schema(request=RLJobCreateSerializer, responses={201: RLJobSerializer})
+    def create(self, request: Request) -> Response:
+        """Check and queue the job; its steps run on the training queue."""
+        form = RLJobCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = dict(form.validated_data)
+        try:
+            job = services_rl.rl_job_create(
+                benchmark=data.pop("benchmark"),
+                base_policy=data.pop("base_policy"),
+                base_model_dir=data.pop("base_model_dir"),
+                name=data.pop("name"),
+                job_settings=services_rl.job_settings_from(data),
+                created_by=request_user(request),
+            )
+        except services_rl.RLJobError as exc:
+            message = str(exc)
+            names = list(RLJobCreateSerializer().fields.keys())
+            field = next((name for name in names if message.startswith(name)), None)
+            raise ValidationError({field or "non_field_errors": [message]}) from None
+        return Response(RLJobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: RLJobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        """Stop the job after the piece of work in flight; its running batch is cancelled."""
+        job = self.get_object()
+        services_rl.rl_job_cancel(job=job)
+        job.refresh_from_db()
+        return Response(RLJobSerializer(job).data)

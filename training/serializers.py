@@ -1,4 +1,4 @@
-"""API input and output shapes for SFT exports."""
+"""API input and output shapes for SFT exports and RL jobs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,20 @@ from typing import Any
 
 from rest_framework import serializers
 
-from training.models import ExportFormat, ExportStatus, SFTExport
+from harness_app.models import Benchmark, PolicyConfig
+from training.models import (
+    ExportFormat,
+    ExportStatus,
+    PolicyVersion,
+    RLAlgorithm,
+    RLJob,
+    RLStep,
+    SFTExport,
+)
+from training.services_rl import RLJobSettings
+from trajectories.models import TerminationPolicy
+
+RL_DEFAULTS = RLJobSettings()
 
 
 class ExportCreateSerializer(serializers.Serializer[Any]):
@@ -49,3 +62,117 @@ class ExportSerializer(serializers.ModelSerializer[SFTExport]):
         request = self.context.get("request")
         path = f"/api/exports/{export.pk}/download/"
         return request.build_absolute_uri(path) if request is not None else path
+
+
+# --- RL jobs ---------------------------------------------------------------------------------
+
+
+class RLJobCreateSerializer(serializers.Serializer[Any]):
+    """Types only: ranges and the set-up (a vLLM policy, the weights on disk, the train
+    extra) are checked by services_rl.rl_job_create, which names what it refuses."""
+
+    name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+    benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
+    base_policy = serializers.PrimaryKeyRelatedField(queryset=PolicyConfig.objects.all())
+    base_model_dir = serializers.CharField(
+        help_text="local folder of the weights the base policy's vLLM server serves"
+    )
+    steps = serializers.IntegerField(default=RL_DEFAULTS.steps)
+    group_size = serializers.IntegerField(default=RL_DEFAULTS.group_size, help_text="G, 2 to 64")
+    queries_per_step = serializers.IntegerField(default=RL_DEFAULTS.queries_per_step)
+    algorithm = serializers.ChoiceField(choices=RLAlgorithm.choices, default=RL_DEFAULTS.algorithm)
+    cispo_eps_low = serializers.FloatField(default=RL_DEFAULTS.cispo_eps_low)
+    cispo_eps_high = serializers.FloatField(default=RL_DEFAULTS.cispo_eps_high)
+    grpo_eps = serializers.FloatField(default=RL_DEFAULTS.grpo_eps)
+    learning_rate = serializers.FloatField(default=RL_DEFAULTS.learning_rate)
+    lora_rank = serializers.IntegerField(default=RL_DEFAULTS.lora_rank)
+    kl_beta = serializers.FloatField(default=RL_DEFAULTS.kl_beta)
+    normalize_std = serializers.BooleanField(default=RL_DEFAULTS.normalize_std)
+    reward_weights = serializers.DictField(default=dict)
+    max_turns = serializers.IntegerField(default=RL_DEFAULTS.max_turns)
+    termination_policy = serializers.ChoiceField(
+        choices=TerminationPolicy.choices, default=RL_DEFAULTS.termination_policy
+    )
+
+
+class PolicyVersionSerializer(serializers.ModelSerializer[PolicyVersion]):
+    model = serializers.CharField(source="policy.model", read_only=True)
+    policy: serializers.PrimaryKeyRelatedField[PolicyConfig] = serializers.PrimaryKeyRelatedField(
+        read_only=True
+    )
+
+    class Meta:
+        model = PolicyVersion
+        fields = ["number", "policy", "model", "adapter_path", "trained_at_step", "created_at"]
+        read_only_fields = fields
+
+
+class RLStepSerializer(serializers.ModelSerializer[RLStep]):
+    version = serializers.IntegerField(source="version.number", read_only=True)
+    produced = serializers.IntegerField(source="produced.number", default=None, read_only=True)
+    batch: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
+        read_only=True
+    )
+
+    class Meta:
+        model = RLStep
+        fields = [
+            "index",
+            "status",
+            "version",
+            "batch",
+            "produced",
+            "metrics",
+            "timings",
+            "error",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class RLJobSerializer(serializers.ModelSerializer[RLJob]):
+    created_by = serializers.CharField(source="created_by.username", default=None)
+    progress = serializers.FloatField(help_text="steps done / steps, 0 to 1", read_only=True)
+
+    class Meta:
+        model = RLJob
+        fields = [
+            "id",
+            "name",
+            "status",
+            "progress",
+            "steps_done",
+            "steps",
+            "benchmark",
+            "base_policy",
+            "base_model_dir",
+            "group_size",
+            "queries_per_step",
+            "algorithm",
+            "cispo_eps_low",
+            "cispo_eps_high",
+            "grpo_eps",
+            "learning_rate",
+            "lora_rank",
+            "kl_beta",
+            "normalize_std",
+            "reward_weights",
+            "max_turns",
+            "termination_policy",
+            "error",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class RLJobDetailSerializer(RLJobSerializer):
+    step_rows = RLStepSerializer(many=True, read_only=True)
+    versions = PolicyVersionSerializer(many=True, read_only=True)
+
+    class Meta(RLJobSerializer.Meta):
+        fields = [*RLJobSerializer.Meta.fields, "versions", "step_rows"]
+        read_only_fields = fields

@@ -15,3 +15,16 @@ from training import services
 def sft_export_task(export_id: int) -> str:
     export = services.sft_export_run(export_id=export_id)
     return "gone" if export is None else export.status
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def rl_job_advance_task(job_id: int) -> str:
+    """One piece of an RL job; schedules the next piece itself, so one chain of these
+    drives the job and no worker sits waiting while the rollouts run."""
+    from training import services_rl
+
+    wait = services_rl.rl_job_advance(job_id=job_id)
+    if wait is None:
+        return "finished"
+    services_rl.rl_job_enqueue(job_id=job_id, countdown=wait)
+    return f"next in {wait:.1f}s"

@@ -34,3 +34,31 @@ def adapter_load(base_url: str, *, name: str, path: Path, timeout_s: float = 120
 
 def adapter_unload(base_url: str, *, name: str, timeout_s: float = 30.0) -> None:
     _post(base_url, "/unload_lora_adapter", {"lora_name": name}, timeout_s)
+
+
+def served_models(base_url: str, *, timeout_s: float = 30.0) -> set[str]:
+    """The model names the server answers to: the base model and every loaded adapter."""
+    url = f"{base_url.rstrip('/')}/models"
+    try:
+        response = httpx.get(url, timeout=timeout_s)
+        response.raise_for_status()
+        return {str(m["id"]) for m in response.json()["data"]}
+    except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+        raise PublishError(f"{url}: cannot list the served models: {exc}") from exc
+
+
+def adapter_serve(base_url: str, *, name: str, path: Path) -> None:
+    """Serve `path` as `name`, replacing an adapter already loaded under that name (a
+    retried publish must serve the weights just saved, not the ones from the failed try)."""
+    if name in served_models(base_url):
+        adapter_unload(base_url, name=name)
+    adapter_load(base_url, name=name, path=path)
+
+
+def adapter_ensure_served(base_url: str, *, name: str, path: Path) -> bool:
+    """Load the adapter unless the server already has it (e.g. after a server restart,
+    which forgets runtime adapters); True when it had to be loaded."""
+    if name in served_models(base_url):
+        return False
+    adapter_load(base_url, name=name, path=path)
+    return True

