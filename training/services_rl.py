@@ -34,7 +34,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app.harness.reward import RewardWeights
-from harness_app.models import Benchmark, PolicyConfig, PolicyKind
+from harness_app.models import Benchmark, PolicyConfig, PolicyKind, ToolCallFormat
 from training.models import (
     RL_JOB_FINISHED,
     PolicyVersion,
@@ -343,6 +343,7 @@ def _train(job: RLJob, step: RLStep, build: BatchBuild, timings: dict[str, float
         cispo_eps_high=job.cispo_eps_high,
         grpo_eps=job.grpo_eps,
         kl_beta=job.kl_beta,
+        behaviour_logprobs=behaviour_logprobs(version.policy),
     )
     started = time.perf_counter()
     trainer = job_trainer.trainer_for(
@@ -358,7 +359,15 @@ def _train(job: RLJob, step: RLStep, build: BatchBuild, timings: dict[str, float
     timings["train_s"] = step_metrics.seconds
     trained = step_metrics.to_json()
     trained.pop("seconds", None)
+    trained["behaviour_logprobs"] = trainer_settings.behaviour_logprobs
     return Trained(number, f"rl-job-{job.pk}-v{number}", out_dir, trained, trainer)
+
+
+def behaviour_logprobs(policy: PolicyConfig) -> str:
+    """Whose logprobs a step's importance ratios divide by (TrainSettings explains why):
+    vLLM's, unless the policy's replies were constrained by a JSON schema, whose masked
+    logprobs no trainer can reproduce; then the trainer's own (one on-policy step)."""
+    return "trainer" if policy.tool_call_format == ToolCallFormat.JSON_SCHEMA else "sampler"
 
 
 def _rollout_seconds(step: RLStep) -> float:

@@ -84,10 +84,11 @@ def test_two_rl_steps_train_serve_and_sample_the_new_adapter(
         benchmark=benchmark,
         base_policy=policy,
         base_model_dir=str(smollm2_dir),
-        # Four samples of three queries give reward variance in at least one group on
-        # almost every draw; the lr is large so one step visibly moves a 135M model.
+        # Three samples of two queries per step: some group has reward variance on almost
+        # every draw (an empty curated set scores -0.2, one search already more). Two
+        # turns keep each sequence near 3k tokens, which a 2-core CPU trains in minutes.
         job_settings=RLJobSettings(
-            group_size=4, queries_per_step=3, steps=2, max_turns=3, learning_rate=1e-4
+            group_size=3, queries_per_step=2, steps=2, max_turns=2, learning_rate=1e-4
         ),
         name="live",
     )
@@ -98,7 +99,7 @@ def test_two_rl_steps_train_serve_and_sample_the_new_adapter(
         return job.is_finished
 
     logs = lambda: "\n".join(w.log()[-3000:] for w in workers)  # noqa: E731
-    wait_until(finished, timeout=1200, interval=1, what=f"the RL job\n{logs()}")
+    wait_until(finished, timeout=1800, interval=1, what=f"the RL job\n{logs()}")
     elapsed = time.monotonic() - started
     assert job.status == RLJobStatus.COMPLETED, f"{job.error}\n{logs()}"
 
@@ -124,9 +125,12 @@ def test_two_rl_steps_train_serve_and_sample_the_new_adapter(
     for step in trained:
         m = step.metrics
         assert m["kept_groups"] >= 1 and m["tokens"] > 0
-        # The trainer scores the sampled tokens as vLLM did (same float32 weights; see
-        # test_vllm_logprobs.py for the tolerance and why).
-        assert m["logprob_gap_max"] < 1e-3, m
+        # json_schema rollouts: vLLM reports the grammar-masked distribution's logprobs
+        # (forced tokens as 0.0), so the step divides by the trainer's own logprobs and
+        # the reported gap measures the masking, not a fault. Unconstrained sampling agrees
+        # to 1e-3 (test_vllm_logprobs.py).
+        assert m["behaviour_logprobs"] == "trainer", m
+        assert m["clip_low_frac"] == m["clip_high_frac"] == 0.0, m
         assert {"rollout_s", "build_s", "train_s", "publish_s"} <= set(step.timings)
     for s in steps:
         m = s.metrics

@@ -144,3 +144,34 @@ def test_a_saved_adapter_reloads_as_the_trained_policy(smollm2_dir, sequences, t
     reloaded = recompute_logprobs(load_policy(smollm2_dir, adapter_dir=folder), batch)
     for mine, theirs in zip(trainer.recompute_logprobs(batch), reloaded, strict=True):
         assert theirs == pytest.approx(mine, abs=1e-5)
+
+
+def test_trainer_behaviour_logprobs_ignore_what_a_constrained_sampler_reported(
+    smollm2_dir, sequences
+):
+    """Under json_schema decoding vLLM reports masked logprobs (forced tokens as 0.0); with
+    behaviour_logprobs="trainer" the step is the on-policy one whatever they say, and the
+    gap to them is still reported."""
+    reported = [_shift(s, 0.0) for s in sequences]  # every sampled logprob "0.0", as forced
+    sampler_side = _trainer(smollm2_dir, loss="cispo", lr=1e-6, cispo_eps_low=0.2)
+    off = sampler_side.train_step(reported)
+    trainer_side = _trainer(smollm2_dir, loss="cispo", lr=1e-6, cispo_eps_low=0.2,
+                            behaviour_logprobs="trainer")  # fmt: skip
+    reference = _trainer(smollm2_dir, loss="cispo", lr=1e-6, cispo_eps_low=0.2)
+    on_policy = reference.train_step(_on_policy(reference, sequences))
+    own = trainer_side.train_step(reported)
+    # The ratio against the model's own logprobs is 1: nothing clipped, and the loss is the
+    # on-policy one computed from the true logprobs.
+    assert own.clip_low_frac == own.clip_high_frac == 0.0
+    assert own.loss == pytest.approx(on_policy.loss, rel=1e-4)
+    # Against the reported 0.0s, every token the model is not near-certain of has a ratio
+    # below 1 - 0.2 and is clipped low: the signal a constrained rollout would lose.
+    assert off.clip_low_frac > 0.8
+    assert own.logprob_gap == pytest.approx(off.logprob_gap) and own.logprob_gap > 0.1
+
+
+def test_an_unknown_behaviour_source_is_refused():
+    from training.rl.trainer import TrainSettings
+
+    with pytest.raises(ValueError, match="behaviour_logprobs 'vllm' is not one of"):
+        TrainSettings(behaviour_logprobs="vllm")

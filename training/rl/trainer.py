@@ -31,6 +31,7 @@ from training.rl import losses
 from training.rl.batches import TrainSequence
 
 LOSSES = ("cispo", "grpo")
+BEHAVIOUR_SOURCES = ("sampler", "trainer")
 OPTIMIZER_FILE = "optimizer.pt"  # AdamW's state, saved beside the adapter
 
 
@@ -62,10 +63,21 @@ class TrainSettings:
     cispo_eps_high: float = losses.CISPO_EPS_HIGH
     grpo_eps: float = losses.GRPO_EPS
     kl_beta: float = 0.0  # Harness-1's launch: losses.KL_BETA_HARNESS1 when the term is on
+    # Whose logprobs the importance ratio divides by. "sampler": those vLLM reported.
+    # "trainer": the trainer's own, before the update (ratio 1, pure on-policy), for
+    # rollouts whose reported logprobs are not of the model's distribution: under
+    # constrained decoding (response_format json_schema) vLLM reports the logprobs of the
+    # grammar-masked, renormalised distribution (a forced token comes back as 0.0), which
+    # the trainer cannot reproduce without the masks.
+    behaviour_logprobs: str = "sampler"
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"unknown loss {self.loss!r}; use one of {LOSSES}")
+        if self.behaviour_logprobs not in BEHAVIOUR_SOURCES:
+            raise ValueError(
+                f"behaviour_logprobs {self.behaviour_logprobs!r} is not one of {BEHAVIOUR_SOURCES}"
+            )
         if self.lr <= 0 or self.max_grad_norm <= 0:
             raise ValueError("lr and max_grad_norm must be positive")
         if self.kl_beta < 0:
@@ -215,7 +227,8 @@ def _accumulate(
     """Forward and backward one sequence, adding its share of the batch loss."""
     new, entropy = sampled_token_logprobs(model, seq)
     rollout = torch.tensor(seq.sampled_logprobs(), dtype=new.dtype, device=new.device)
-    policy = _policy_loss(new, rollout, seq.advantage, settings, n)
+    behaviour = new.detach() if settings.behaviour_logprobs == "trainer" else rollout
+    policy = _policy_loss(new, behaviour, seq.advantage, settings, n)
     loss = policy.loss
     if settings.kl_beta > 0:
         ref = _reference_logprobs(model, seq)
