@@ -210,6 +210,17 @@ def test_dashboard_polls_while_a_batch_runs(researcher_client, ran_batch) -> Non
     assert "every 2s" not in researcher_client.get("/batches/progress/").content.decode()
 
 
+@pytest.mark.parametrize("batches", [1, 4])
+def test_the_polled_batch_table_costs_the_same_queries_for_any_number_of_batches(
+    researcher_client, batch_of, django_assert_num_queries, batches: int
+) -> None:
+    for _ in range(batches):
+        batch_of()
+    with django_assert_num_queries(LOGIN_QUERIES + 1):  # the recent batches with their names
+        response = researcher_client.get("/batches/progress/")
+    assert response.content.decode().count('href="/batches/') >= batches
+
+
 @pytest.mark.parametrize("batches", [1, 3])
 def test_dashboard_costs_the_same_queries_for_any_number_of_batches(
     researcher_client, batch_of, django_assert_num_queries, batches: int

@@ -323,3 +323,16 @@ def test_row_tags_escape_ids_titles_tags_and_queries(payloads) -> None:
     for markup in (curated, pool):
         assert "<script" not in markup and "<img" not in markup and 'x">' not in markup
     assert "?doc=x%22%3E%3C%3Cscript%3E" in curated and "&lt;script&gt;" in pool
+
+
+def test_document_viewer_costs_a_fixed_number_of_queries(
+    researcher_client, episode, django_assert_num_queries
+) -> None:
+    gold_doc = episode_view(episode=episode).gold.relevant[0]
+    # the episode with its batch, the document, its grade, then the final state rebuilt
+    # from the last snapshot and the deltas after it (three queries whatever the turns)
+    with django_assert_num_queries(LOGIN_QUERIES + 6):
+        response = researcher_client.get(
+            f"/episodes/{episode.pk}/document/", {"doc": gold_doc}, headers={"HX-Request": "1"}
+        )
+    assert response.status_code == 200
