@@ -4,8 +4,11 @@ set -eu
 case "${1:-web}" in
   web)
     python manage.py migrate --no-input
+    # gthread: a streamed proxy call holds its thread for the whole reply, and request
+    # threads that live on keep their database connections (CONN_MAX_AGE).
     exec gunicorn config.wsgi:application --bind 0.0.0.0:8000 \
-      --workers "${WEB_CONCURRENCY:-3}" --timeout 120 --access-logfile -
+      --workers "${WEB_CONCURRENCY:-3}" --worker-class gthread --threads "${WEB_THREADS:-8}" \
+      --timeout 120 --access-logfile -
     ;;
   worker)
     exec celery -A config worker --loglevel=INFO \
