@@ -39,7 +39,8 @@ from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
 from harness_app.harness.llm.reconstruct import CallTokens, reconstruct_prefix_merged
 from harness_app.harness.tools import tool_specs
 from harness_app.models import PolicyKind, ToolCallFormat
-from trajectories.models import Episode, ModelCall, RolloutBatch, Turn, unpack_floats, unpack_ints
+from trajectories.models import Episode, ModelCall, RolloutBatch, Turn
+from trajectories.selectors import call_tokens_by_episode
 
 IGNORE_INDEX = -100  # what Hugging Face losses skip
 WM_HEADER = "\n\n<WORKINGMEMORY>\n"
@@ -100,22 +101,8 @@ def _replies_load(rows: dict[int, EpisodeRows]) -> None:
 
 
 def _calls_load(rows: dict[int, EpisodeRows]) -> None:
-    fields = (
-        "pk",
-        "episode_id",
-        "prompt_token_ids_blob",
-        "completion_token_ids_blob",
-        "completion_logprobs_blob",
-        "policy_version",
-    )
-    for pk, episode_id, prompt, completion, logprobs, version in _successful_calls(
-        rows
-    ).values_list(*fields):
-        rows[episode_id].calls.append(
-            CallTokens(
-                pk, unpack_ints(prompt), unpack_ints(completion), unpack_floats(logprobs), version
-            )
-        )
+    for episode_id, calls in call_tokens_by_episode(_successful_calls(rows)).items():
+        rows[episode_id].calls.extend(calls)
 
 
 def _assistant(response: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import models
 
+from harness_app.harness.llm.reconstruct import CallTokens
+
 if TYPE_CHECKING:
     from harness_app.models import Query
 
@@ -306,6 +308,17 @@ class ModelCall(models.Model):
     @property
     def completion_logprobs(self) -> list[float]:
         return unpack_floats(self.completion_logprobs_blob)
+
+    def call_tokens(self) -> CallTokens:
+        """The call as trajectory reconstruction reads it."""
+        return CallTokens(
+            self.pk,
+            self.prompt_token_ids,
+            self.completion_token_ids,
+            self.completion_logprobs,
+            self.policy_version,
+            self.agent,
+        )
 
     def token_fields(self) -> dict[str, Any]:
         return {

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
-from django.db.models import Avg, Count, Q, StdDev
+from django.db.models import Avg, Count, Q, QuerySet, StdDev
 
 from harness_app.harness import jsondelta
 from harness_app.harness.llm.reconstruct import (
@@ -14,7 +15,15 @@ from harness_app.harness.llm.reconstruct import (
     reconstruct_per_request,
     reconstruct_prefix_merged,
 )
-from trajectories.models import Episode, EpisodeStatus, ModelCall, RolloutBatch, Turn
+from trajectories.models import (
+    Episode,
+    EpisodeStatus,
+    ModelCall,
+    RolloutBatch,
+    Turn,
+    unpack_floats,
+    unpack_ints,
+)
 
 AGGREGATE_FIELDS = (
     "curated_recall",
@@ -74,13 +83,7 @@ def episode_segments(
     sequence per call). Failed calls carry no completion and are left out.
     """
     calls = [
-        CallTokens(
-            call.pk,
-            call.prompt_token_ids,
-            call.completion_token_ids,
-            call.completion_logprobs,
-            call.policy_version,
-        )
+        call.call_tokens()
         for call in ModelCall.objects.filter(episode=episode, error="").order_by("pk")
     ]
     if mode == "request":
@@ -116,3 +119,33 @@ def turn_state(*, episode: Episode, index: int) -> dict[str, Any]:
     for delta, is_delta in rows.order_by("index").values_list("state", "state_is_delta"):
         state = jsondelta.apply(state, delta) if is_delta else delta
     return state
+
+
+_CALL_TOKEN_COLUMNS = (
+    "episode_id",
+    "pk",
+    "prompt_token_ids_blob",
+    "completion_token_ids_blob",
+    "completion_logprobs_blob",
+    "policy_version",
+    "agent",
+)
+
+
+def call_tokens_by_episode(calls: QuerySet[ModelCall]) -> dict[int, list[CallTokens]]:
+    """The token data of `calls`, per episode, in the queryset's order: one query that
+    reads the token blobs only, never the request and response JSON."""
+    out: dict[int, list[CallTokens]] = defaultdict(list)
+    rows = calls.values_list(*_CALL_TOKEN_COLUMNS).iterator(chunk_size=200)
+    for episode_id, pk, prompt, completion, logprobs, version, agent in rows:
+        out[episode_id].append(
+            CallTokens(
+                pk,
+                unpack_ints(prompt),
+                unpack_ints(completion),
+                unpack_floats(logprobs),
+                version,
+                agent,
+            )
+        )
+    return out

@@ -47,17 +47,7 @@ def recorded_call_tokens(*, episode: Episode | int) -> list[CallTokens]:
         .order_by("turn_index", "pk")
         .only("pk", "policy_version", "agent", *BLOB_FIELDS)
     )
-    return [
-        CallTokens(
-            c.pk,
-            c.prompt_token_ids,
-            c.completion_token_ids,
-            c.completion_logprobs,
-            c.policy_version,
-            c.agent,
-        )
-        for c in rows
-    ]
+    return [c.call_tokens() for c in rows]
 
 
 def recording_segments(

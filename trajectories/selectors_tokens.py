@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_app.harness.llm.reconstruct import (
-    CallTokens,
     Segment,
     reconstruct_by_agent,
     reconstruct_prefix_merged,
@@ -81,17 +80,7 @@ def token_strips(*, episode: Episode, turn_index: int) -> list[TokenStrip]:
     calls = list(ModelCall.objects.filter(episode=episode, error="").order_by("pk"))
     # A recorded session may hold a main agent and subagents: chains are merged per agent.
     reconstruct = reconstruct_by_agent if episode.is_recorded else reconstruct_prefix_merged
-    chains, breaks = reconstruct(
-        CallTokens(
-            c.pk,
-            c.prompt_token_ids,
-            c.completion_token_ids,
-            c.completion_logprobs,
-            c.policy_version,
-            c.agent,
-        )
-        for c in calls
-    )
+    chains, breaks = reconstruct(c.call_tokens() for c in calls)
     reasons = {b.call_id: b.reason for b in breaks}
     by_id = {c.pk: c for c in calls}
     strips = []

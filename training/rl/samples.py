@@ -12,8 +12,6 @@ termination reason rather than scored as a bad trajectory.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from harness_app.harness.llm.reconstruct import CallTokens
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild, EpisodeCalls, Exclusion, batch_build
@@ -23,32 +21,13 @@ from trajectories.models import (
     ModelCall,
     RecordingSession,
     RolloutBatch,
-    unpack_floats,
-    unpack_ints,
 )
+from trajectories.selectors import call_tokens_by_episode
 
 
 def _calls_by_episode(batch_id: int) -> dict[int, list[CallTokens]]:
-    rows = (
-        ModelCall.objects.filter(episode__batch_id=batch_id, error="")
-        .order_by("episode_id", "pk")
-        .values_list(
-            "episode_id",
-            "pk",
-            "prompt_token_ids_blob",
-            "completion_token_ids_blob",
-            "completion_logprobs_blob",
-            "policy_version",
-        )
-    )
-    out: dict[int, list[CallTokens]] = defaultdict(list)
-    for episode_id, pk, prompt, completion, logprobs, version in rows.iterator(chunk_size=200):
-        out[episode_id].append(
-            CallTokens(
-                pk, unpack_ints(prompt), unpack_ints(completion), unpack_floats(logprobs), version
-            )
-        )
-    return out
+    calls = ModelCall.objects.filter(episode__batch_id=batch_id, error="")
+    return call_tokens_by_episode(calls.order_by("episode_id", "pk"))
 
 
 def _candidate_problem(status: str, reason: str, reward: float | None) -> str:
@@ -127,32 +106,8 @@ def rl_episodes_for_recordings(*, task: str) -> tuple[list[EpisodeCalls], list[E
 
 
 def _recorded_calls(episode_ids: list[int]) -> dict[int, list[CallTokens]]:
-    rows = (
-        ModelCall.objects.filter(episode_id__in=episode_ids, error="")
-        .order_by("episode_id", "turn_index", "pk")
-        .values_list(
-            "episode_id",
-            "pk",
-            "prompt_token_ids_blob",
-            "completion_token_ids_blob",
-            "completion_logprobs_blob",
-            "policy_version",
-            "agent",
-        )
-    )
-    out: dict[int, list[CallTokens]] = defaultdict(list)
-    for episode_id, pk, prompt, completion, logprobs, version, agent in rows:
-        out[episode_id].append(
-            CallTokens(
-                pk,
-                unpack_ints(prompt),
-                unpack_ints(completion),
-                unpack_floats(logprobs),
-                version,
-                agent,
-            )
-        )
-    return out
+    calls = ModelCall.objects.filter(episode_id__in=episode_ids, error="")
+    return call_tokens_by_episode(calls.order_by("episode_id", "turn_index", "pk"))
 
 
 def rl_samples_for_recordings(
