@@ -24,6 +24,7 @@ class RLJobLaunchForm(forms.Form):
     )
     base_model_dir = forms.CharField(
         max_length=500,
+        initial=lambda: settings.RL_BASE_MODEL_DIR,
         help_text="The local folder of the weights that server serves; the trainer loads it.",
     )
     steps = forms.IntegerField(
@@ -62,10 +63,6 @@ class RLJobLaunchForm(forms.Form):
         initial=dict,
         help_text='Overrides of the Harness-1 weights, e.g. {"turn_penalty": 0.15}.',
     )
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.fields["base_model_dir"].initial = settings.RL_BASE_MODEL_DIR
 
     def error_field(self, message: str) -> str | None:
         """The field a service error is about (messages start with its name), else None."""

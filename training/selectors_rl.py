@@ -11,14 +11,16 @@ from training.models import PolicyVersion, RLJob, RLStep
 from trajectories.models import RolloutGroup
 
 JOBS_PER_PAGE = 25
-# The curves the job page draws, each a list of per-step series.
-CURVES: dict[str, list[str]] = {
-    "reward": ["reward_mean"],
-    "recall": ["curated_recall", "trajectory_recall", "final_answer_recall"],
-    "groups": ["kept_fraction"],
-    "gap": ["logprob_gap", "logprob_gap_max"],
-    "loss": ["loss", "entropy"],
-}
+# The per-step series the job page draws (static/js/rl_job.js).
+SERIES = (
+    "reward_mean",
+    "curated_recall",
+    "trajectory_recall",
+    "final_answer_recall",
+    "kept_fraction",
+    "logprob_gap",
+    "logprob_gap_max",
+)
 
 
 def rl_jobs_queryset() -> QuerySet[RLJob]:
@@ -49,12 +51,9 @@ def rl_job_versions(*, job: RLJob) -> list[PolicyVersion]:
 
 def rl_job_curves(steps: list[RLStep]) -> dict[str, Any]:
     """Per-step series for the charts: the step index on x, None where a step has no value
-    (e.g. no loss for a step whose groups were all dropped)."""
+    (e.g. no logprob gap for a step whose groups were all dropped)."""
     done = [s for s in steps if s.metrics]
-    series: dict[str, list[float | None]] = {}
-    for names in CURVES.values():
-        for name in names:
-            series[name] = [_number(s.metrics.get(name)) for s in done]
+    series = {name: [_number(s.metrics.get(name)) for s in done] for name in SERIES}
     components = sorted({c for s in done for c in s.metrics.get("reward_components", {})})
     skip = {"raw", "total", "empty_set"}
     return {
@@ -65,7 +64,6 @@ def rl_job_curves(steps: list[RLStep]) -> dict[str, Any]:
             for c in components
             if c not in skip
         },
-        "curves": CURVES,
     }
 
 

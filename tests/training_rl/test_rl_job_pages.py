@@ -11,33 +11,33 @@ import pytest
 from harness_app.models import PolicyConfig, PolicyKind
 from harness_app.roles import Role
 from tests.api import factories
-from tests.training_rl.test_rl_jobs import _finish, _job, lora_server, weights_dir  # noqa: F401
+from tests.training_rl.rl_fixtures import job_create, rollouts_finish
 from training.models import RLJob, RLJobStatus, RLStep
 from training.services_rl import rl_job_advance
 
-# researcher_client, annotator_client
-pytest_plugins = ["tests.trajectories.ui_fixtures"]
+# researcher_client, annotator_client; lora_server, weights_dir
+pytest_plugins = ["tests.trajectories.ui_fixtures", "tests.training_rl.rl_fixtures"]
 pytestmark = pytest.mark.django_db
 
 LOGIN_QUERIES = 3  # session, user, the user's groups
 
 
 @pytest.fixture
-def policy(lora_server) -> PolicyConfig:  # noqa: F811
+def policy(lora_server) -> PolicyConfig:
     return PolicyConfig.objects.create(
         name="smollm2", kind=PolicyKind.OPENAI, base_url=lora_server.base_url, model="smollm2"
     )
 
 
 @pytest.fixture
-def job_with_steps(policy, weights_dir) -> RLJob:  # noqa: F811
+def job_with_steps(policy, weights_dir) -> RLJob:
     """A job with one finished step (no reward variance, so nothing trained) and a second
     step whose rollouts are running."""
-    job = _job(factories.demo_benchmark(), policy, weights_dir, steps=3)
+    job = job_create(factories.demo_benchmark(), policy, weights_dir, steps=3)
     rl_job_advance(job_id=job.pk)
     step = job.step_rows.get()
     assert step.batch is not None
-    _finish(step.batch, [0.5, 0.5, 0.2, 0.2])
+    rollouts_finish(step.batch, [0.5, 0.5, 0.2, 0.2])
     rl_job_advance(job_id=job.pk)
     rl_job_advance(job_id=job.pk)
     job.refresh_from_db()
@@ -82,7 +82,7 @@ def test_an_annotator_sees_jobs_but_cannot_reach_the_launch_form(annotator_clien
 def test_the_launch_form_creates_a_job_and_goes_to_its_page(
     researcher_client,
     policy,
-    weights_dir,  # noqa: F811
+    weights_dir,
 ):
     response = researcher_client.post("/training/rl/new/", _launch_data(policy, weights_dir))
     job = RLJob.objects.get()
@@ -138,11 +138,11 @@ def test_a_job_name_from_a_user_is_escaped(researcher_client, job_with_steps):
 def test_the_job_list_costs_the_same_queries_for_one_job_or_many(
     researcher_client,
     policy,
-    weights_dir,  # noqa: F811
+    weights_dir,
     django_assert_num_queries,
 ):
     for _ in range(30):
-        _job(factories.demo_benchmark(), policy, weights_dir)
+        job_create(factories.demo_benchmark(), policy, weights_dir)
     with django_assert_num_queries(LOGIN_QUERIES + 2):  # the count and one page of rows
         response = researcher_client.get("/training/rl/")
     assert response.content.decode().count('href="/training/rl/') >= 25
@@ -151,7 +151,7 @@ def test_the_job_list_costs_the_same_queries_for_one_job_or_many(
 # --- API -------------------------------------------------------------------------------------
 
 
-def test_api_researcher_creates_a_job_and_reads_its_steps(policy, weights_dir):  # noqa: F811
+def test_api_researcher_creates_a_job_and_reads_its_steps(policy, weights_dir):
     api = factories.client_for(factories.user("rae", Role.RESEARCHER))
     data = _launch_data(policy, weights_dir, reward_weights={"turn_penalty": 0.15})
     response = api.post("/api/rl-jobs/", data, format="json")
@@ -167,7 +167,7 @@ def test_api_researcher_creates_a_job_and_reads_its_steps(policy, weights_dir): 
     assert cancelled["status"] == RLJobStatus.CANCELLED
 
 
-def test_api_annotator_cannot_launch_a_job(policy, weights_dir):  # noqa: F811
+def test_api_annotator_cannot_launch_ajob_create(policy, weights_dir):
     api = factories.client_for(factories.user("ann", Role.ANNOTATOR))
     data = _launch_data(policy, weights_dir, reward_weights={})
     response = api.post("/api/rl-jobs/", data, format="json")
@@ -176,7 +176,7 @@ def test_api_annotator_cannot_launch_a_job(policy, weights_dir):  # noqa: F811
     assert api.get("/api/rl-jobs/").status_code == 200
 
 
-def test_api_bad_settings_answer_400_naming_the_field(policy, weights_dir):  # noqa: F811
+def test_api_bad_settings_answer_400_naming_the_field(policy, weights_dir):
     api = factories.client_for(factories.user("rae", Role.RESEARCHER))
     response = api.post(
         "/api/rl-jobs/",
