@@ -1,11 +1,11 @@
 """The recording proxy's cost: latency it adds per call, and calls per second it sustains.
 
 The upstream is a canned vLLM-shaped server on 127.0.0.1 (tests/trajectories/
-fake_upstream.py) answering at once, so its time is known: the same calls are sent to it
-directly and through the proxy, and the difference is what the proxy adds (parse, forward,
-record the call's rows, strip, answer). The proxy runs in Django's threaded WSGI server
-against the configured database (SQLite in a temporary HARNESS_DATA_DIR unless
-DATABASE_URL is set).
+fake_upstream.py, in its own process) answering at once, so its time is known: the same
+calls are sent to it directly and through the proxy, and the difference is what the proxy
+adds (authenticate, parse, forward, record the call, strip, answer). The proxy is served
+as in production: gunicorn, one gthread worker, DEBUG off, against the configured
+database (SQLite in a temporary HARNESS_DATA_DIR unless DATABASE_URL is set).
 
     .venv/bin/python bench/bench_proxy.py [--calls 300] [--prompt-chars 8000]
         [--threads 8] [--seconds 10]
@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("HARNESS_DATA_DIR", tempfile.mkdtemp(prefix="bench-proxy-"))
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+os.environ["DEBUG"] = "0"  # as served: DEBUG keeps every query's SQL text
 
 
 def setup() -> None:
@@ -39,41 +42,40 @@ def setup() -> None:
     call_command("migrate", verbosity=0)
 
 
-def serve_django(threads: int) -> tuple[Any, str]:
-    """Django behind a fixed pool of request threads, as gunicorn's gthread worker serves
-    it. A thread per request (runserver's way) would open a new database connection for
-    every call, about 4 ms on PostgreSQL here, which production never pays: its threads
-    live on and keep their connections (CONN_MAX_AGE)."""
-    from concurrent.futures import ThreadPoolExecutor
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
-    from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
-    from django.core.wsgi import get_wsgi_application
 
-    class PooledWSGIServer(WSGIServer):
-        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="request")
+def serve_gunicorn(threads: int, upstream_url: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The app under gunicorn's gthread worker, as docker/entrypoint.sh runs it."""
+    import httpx
 
-        def process_request(self, request: Any, client_address: Any) -> None:
-            self.pool.submit(self._handle, request, client_address)
-
-        def _handle(self, request: Any, client_address: Any) -> None:
-            try:
-                self.finish_request(request, client_address)
-            except Exception:
-                self.handle_error(request, client_address)
-            finally:
-                self.shutdown_request(request)
-
-    class QuietHandler(WSGIRequestHandler):
-        # As gunicorn does: without it each answer waits out the client's delayed ACK.
-        disable_nagle_algorithm = True
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = PooledWSGIServer(("127.0.0.1", 0), QuietHandler, allow_reuse_address=True)
-    server.set_app(get_wsgi_application())
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+    port = free_port()
+    env = {**os.environ, "PROXY_UPSTREAM_URL": upstream_url}
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "gunicorn"),
+            os.environ.get("BENCH_WSGI", "config.wsgi:application"),
+            f"--bind=127.0.0.1:{port}",
+            "--workers=1",
+            "--worker-class=gthread",
+            f"--threads={threads}",
+            "--log-level=warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            httpx.get(f"{base}/healthz", timeout=1)
+            return server, base
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    server.kill()
+    raise SystemExit("gunicorn did not start")
 
 
 def _upstream_process(conn: Any) -> None:
@@ -155,16 +157,14 @@ def main() -> None:
     args = parser.parse_args()
     setup()
     import httpx
-    from django.conf import settings
     from django.db import connection
 
     from trajectories.models import ModelCall
     from trajectories.recording import recording_session_create
 
     process, pipe, upstream_url = start_upstream()
+    server, base = serve_gunicorn(args.threads, upstream_url)
     try:
-        settings.PROXY_UPSTREAM_URL = upstream_url
-        server, base = serve_django(threads=args.threads)
         session, key = recording_session_create(user=None, name="bench")
         proxy_url = f"{base}/proxy/{key}/v1/chat/completions"
         direct_url = f"{upstream_url}/chat/completions"
@@ -189,8 +189,9 @@ def main() -> None:
         )
         recorded = ModelCall.objects.filter(episode=session.episode).count()
         print(f"recorded calls: {recorded}")
-        server.shutdown()
     finally:
+        server.terminate()
+        server.wait(timeout=30)
         pipe.send("stop")
         process.join(timeout=10)
 

@@ -9,6 +9,7 @@ episode's completion, for querying across episodes.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -246,7 +247,7 @@ class Turn(models.Model):
         return f"turn {self.index} of episode {self.episode_id}"
 
 
-def pack_ints(values: list[int]) -> bytes:
+def pack_ints(values: Iterable[int]) -> bytes:
     return array("i", values).tobytes()
 
 
@@ -257,7 +258,7 @@ def unpack_ints(blob: bytes | memoryview | None) -> list[int]:
     return out.tolist()
 
 
-def pack_floats(values: list[float]) -> bytes:
+def pack_floats(values: Iterable[float]) -> bytes:
     return array("f", values).tobytes()
 
 

@@ -17,13 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import orjson
+import psycopg
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
 from django.utils import timezone
 
 from trajectories.models import (
@@ -110,15 +112,23 @@ def recording_session_create(
     return session, key
 
 
+_SESSION_BY_KEY_HASH = """
+    SELECT id, episode_id, revoked_at, closed_at, expires_at
+      FROM trajectories_recordingsession
+     WHERE key_hash = %s
+"""
+
+
 def recording_session_authenticate(*, key: str) -> RecordingSession:
     """The open session this key belongs to; SessionKeyError says why there is none."""
     if not key.startswith(KEY_PREFIX) or len(key) > 100:
         raise SessionKeyError("not a recording session key")
-    fields = ("pk", "episode_id", "revoked_at", "closed_at", "expires_at")
-    try:
-        session = RecordingSession.objects.only(*fields).get(key_hash=key_hash(key))
-    except RecordingSession.DoesNotExist:
-        raise SessionKeyError("unknown recording session key") from None
+    # Every proxied call waits on this lookup, and building the ORM query costs more than
+    # running it (0.41 ms against 0.24 ms for the same row); the other fields stay deferred.
+    found = list(RecordingSession.objects.raw(_SESSION_BY_KEY_HASH, [key_hash(key)]))
+    if not found:
+        raise SessionKeyError("unknown recording session key")
+    session = found[0]
     # The caller holds the secret, so it may learn why its own session is refused.
     if session.revoked_at is not None:
         raise SessionKeyError(f"recording session {session.pk} was revoked", 403)
@@ -194,9 +204,9 @@ class RecordedCall:
 
     request: dict[str, Any]
     response: dict[str, Any]
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    logprobs: Sequence[float]
     agent: str
     policy_version: str
     latency_ms: float
@@ -204,53 +214,111 @@ class RecordedCall:
     aborted: bool = False
 
 
-@transaction.atomic
-def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> ModelCall:
-    """Store one call as the next turn of the session's episode.
+def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> int:
+    """Store one call as the next turn of the session's episode; its turn index.
 
-    The episode row is locked while the call takes its number, so concurrent calls (an
-    agent's parallel subagents) get distinct, gap-free turn indexes.
+    Numbering, the insert and the episode's counters happen under the episode row's lock,
+    so concurrent calls (an agent's parallel subagents) get distinct, gap-free turn
+    indexes. This write sits between the upstream's answer and the agent, so it is one
+    statement on PostgreSQL (`_CALL_INSERT_POSTGRESQL`): a locking read, an ORM insert and
+    an update cost 3 ms a call with 8,000 prompt ids, this statement under 1 ms
+    (docs/proxy.md). The untrainable mark, rare, is a second statement; closing the
+    session recomputes it anyway.
     """
-    episode = (
-        Episode.objects.select_for_update()
-        .only("pk", "turns", "policy_version")
-        .get(pk=session.episode_id)
-    )
     choice = (call.response.get("choices") or [{}])[0] or {}
-    row = ModelCall.objects.create(
-        episode_id=episode.pk,
-        turn_index=episode.turns,
-        request=call.request,
-        response=call.response,
-        prompt_token_ids_blob=pack_ints(call.prompt_ids),
-        completion_token_ids_blob=pack_ints(call.completion_ids),
-        completion_logprobs_blob=pack_floats(call.logprobs),
-        finish_reason=str(choice.get("finish_reason") or "")[:40],
-        usage=call.response.get("usage") or {},
-        latency_ms=call.latency_ms,
-        policy_version=call.policy_version[:100],
-        error=call.error,
-        agent=call.agent,
-        aborted=call.aborted,
-    )
-    # The episode's policy version is its first completed call's; a later call served by
-    # another version (a new adapter, another model) makes the session untrainable.
-    first_version = not episode.policy_version and not row.error
-    Episode.objects.filter(pk=episode.pk).update(
-        turns=F("turns") + 1,
-        **({"policy_version": row.policy_version} if first_version else {}),
-    )
-    _mark_untrainable(session, row, episode.policy_version)
-    return row
+    completed = not call.error
+    values = {
+        "episode": session.episode_id,
+        "request": orjson.dumps(call.request).decode(),
+        "response": orjson.dumps(call.response).decode(),
+        "prompt": pack_ints(call.prompt_ids),
+        "completion": pack_ints(call.completion_ids),
+        "logprobs": pack_floats(call.logprobs),
+        "finish_reason": str(choice.get("finish_reason") or "")[:40],
+        "usage": orjson.dumps(call.response.get("usage") or {}).decode(),
+        "latency_ms": call.latency_ms,
+        "version": call.policy_version[:100],
+        "completed": completed,
+        "error": call.error,
+        "agent": call.agent,
+        "aborted": call.aborted,
+        "now": timezone.now(),
+    }
+    if connection.vendor == "postgresql":
+        turn_index, first_version = _call_insert_postgresql(values)
+    else:
+        turn_index, first_version = _call_insert(values)
+    _mark_untrainable(session, call, turn_index, first_version)
+    return turn_index
 
 
-def _mark_untrainable(session: RecordingSession, row: ModelCall, version: str) -> None:
+# The episode's policy version is its first completed call's. The UPDATE locks the
+# episode row until the statement commits, so each call reads the count its predecessor
+# left; RETURNING gives the new row, hence `turns - 1`.
+_EPISODE_NUMBER = """
+    UPDATE trajectories_episode
+       SET turns = turns + 1,
+           policy_version = CASE WHEN policy_version = '' AND %(completed)s
+                                 THEN %(version)s ELSE policy_version END
+     WHERE id = %(episode)s
+ RETURNING turns - 1 AS turn_index, policy_version AS first_version
+"""
+_CALL_COLUMNS = """
+    episode_id, turn_index, request, response, prompt_token_ids_blob,
+    completion_token_ids_blob, completion_logprobs_blob, finish_reason, usage,
+    latency_ms, policy_version, error, agent, aborted, created_at
+"""
+_CALL_VALUES = """
+    %(episode)s, {turn_index}, %(request)s{jsonb}, %(response)s{jsonb}, %(prompt)s,
+    %(completion)s, %(logprobs)s, %(finish_reason)s, %(usage)s{jsonb}, %(latency_ms)s,
+    %(version)s, %(error)s, %(agent)s, %(aborted)s, %(now)s
+"""
+_CALL_INSERT_POSTGRESQL = f"""
+WITH numbered AS ({_EPISODE_NUMBER})
+INSERT INTO trajectories_modelcall ({_CALL_COLUMNS})
+SELECT {_CALL_VALUES.format(turn_index="turn_index", jsonb="::jsonb")} FROM numbered
+RETURNING turn_index, (SELECT first_version FROM numbered)
+"""
+_CALL_INSERT = f"""
+INSERT INTO trajectories_modelcall ({_CALL_COLUMNS})
+VALUES ({_CALL_VALUES.format(turn_index="%(turn_index)s", jsonb="")})
+"""
+
+
+def _call_insert_postgresql(values: dict[str, Any]) -> tuple[int, str]:
+    # A server-side binding cursor: Django's client-side binding would quote the token
+    # blobs (32 KB for 8,000 prompt tokens) into the SQL text as hex, another 0.5 ms.
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(_CALL_INSERT_POSTGRESQL, values)
+        row = cursor.fetchone()
+    if row is None:
+        raise Episode.DoesNotExist(f"episode {values['episode']} of the session is gone")
+    return int(row[0]), str(row[1])
+
+
+@transaction.atomic
+def _call_insert(values: dict[str, Any]) -> tuple[int, str]:
+    # SQLite: the transaction takes the write lock when it begins (transaction_mode
+    # IMMEDIATE in settings), which serialises the numbering.
+    with connection.cursor() as cursor:
+        cursor.execute(_EPISODE_NUMBER, values)
+        row = cursor.fetchone()
+        if row is None:
+            raise Episode.DoesNotExist(f"episode {values['episode']} of the session is gone")
+        cursor.execute(_CALL_INSERT, {**values, "turn_index": row[0]})
+    return int(row[0]), str(row[1])
+
+
+def _mark_untrainable(
+    session: RecordingSession, call: RecordedCall, turn_index: int, first_version: str
+) -> None:
     # Only the first reason is kept; a session never becomes trainable again.
     reason = ""
-    if row.aborted:
-        reason = f"aborted_call: call {row.turn_index} ({row.error[:200]})"
-    elif not row.error and version and row.policy_version != version:
-        reason = f"mixed_policy_versions: {version}, {row.policy_version}"[:300]
+    if call.aborted:
+        reason = f"aborted_call: call {turn_index} ({call.error[:200]})"
+    elif not call.error and call.policy_version[:100] != first_version:
+        reason = f"mixed_policy_versions: {first_version}, {call.policy_version}"[:300]
     if reason:
         RecordingSession.objects.filter(pk=session.pk, untrainable_reason="").update(
             untrainable_reason=reason

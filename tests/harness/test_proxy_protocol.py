@@ -106,7 +106,7 @@ def test_a_stream_folds_into_the_whole_response_with_tool_calls():
         {"id": "t1", "type": "function", "function": {"name": "search", "arguments": '{"q": 1}'}}
     ]
     found = tokens_of(folded)
-    assert (found.prompt_ids, found.completion_ids, found.logprobs) == (
+    assert (found.prompt_ids.tolist(), found.completion_ids.tolist(), found.logprobs.tolist()) == (
         [1, 2],
         [5, 6, 7],
         [-0.5, -0.25, 0.0],
@@ -121,6 +121,13 @@ def test_missing_or_mismatched_token_capture_is_named():
         "choices": [{"token_ids": [2, 3], "logprobs": {"content": [{"logprob": 0}]}}],
     }
     assert tokens_of(short).problem.startswith("token_count_mismatch")
+
+
+def test_token_ids_that_are_not_int32_are_named_not_stored():
+    for prompt in ([1, "2"], [1, 2.5], [2**40]):
+        found = tokens_of({"prompt_token_ids": prompt, "choices": [{"token_ids": [3]}]})
+        assert found.problem.startswith("token_capture_malformed")
+        assert len(found.prompt_ids) == len(found.completion_ids) == 0
 
 
 def test_sse_events_split_on_blank_lines_and_keep_the_rest():

@@ -34,7 +34,8 @@ def sampled(text: str) -> tuple[list[int], list[float]]:
 
 
 class FakeUpstream:
-    """`reply(n, body)` gives the n-th reply's text (n from 1); `delay_s` simulates model time."""
+    """`reply(n, body)` gives the n-th reply's text (n from 1); `delay_s` simulates model time;
+    `break_stream_after` and `hold_stream_after` cut or pause a stream after that many events."""
 
     def __init__(
         self,
@@ -43,12 +44,18 @@ class FakeUpstream:
         reply: Any = None,
         delay_s: float = 0.0,
         break_stream_after: int | None = None,
+        hold_stream_after: int | None = None,
         keep_requests: bool = True,
     ) -> None:
         self.model = model
         self.reply = reply or (lambda n, body: f"reply {n}")
         self.delay_s = delay_s
         self.break_stream_after = break_stream_after
+        # A stream can pause after n events until `release` is set; `holding` says it has.
+        self.hold_stream_after = hold_stream_after
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.hold_expired = False  # nobody released the stream within 5 s
         self.keep_requests = keep_requests
         self.requests: list[dict[str, Any]] = []
         self.calls = 0
@@ -174,17 +181,25 @@ class FakeUpstream:
                     self._send(200, response)
 
             def _stream(self, chunks: list[dict[str, Any]]) -> None:
+                # As vLLM (uvicorn) streams: chunked transfer encoding on a connection
+                # that stays open for the next call. A broken stream closes the connection
+                # without the last, empty chunk.
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Connection", "close")
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for n, chunk in enumerate(chunks):
+                events = [b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks]
+                for n, event in enumerate([*events, b"data: [DONE]\n\n"]):
                     if fake.break_stream_after is not None and n >= fake.break_stream_after:
                         self.wfile.flush()
+                        self.close_connection = True
                         return
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
+                    if n == fake.hold_stream_after:
+                        self.wfile.flush()
+                        fake.holding.set()
+                        fake.hold_expired = not fake.release.wait(5)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
-                self.close_connection = True
 
         return Handler

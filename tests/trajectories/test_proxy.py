@@ -174,6 +174,24 @@ def _stream_and_compare(client) -> None:
     assert not b.error
 
 
+def test_a_stream_reaches_the_agent_event_by_event(client, settings, session_and_key):
+    # The upstream sends two events, then waits: the agent must already have them.
+    session, key = session_and_key
+    with FakeUpstream(hold_stream_after=2) as fake:
+        settings.PROXY_UPSTREAM_URL = fake.base_url
+        response = chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True})
+        pieces = iter(response.streaming_content)
+        first = next(pieces)
+        assert fake.holding.is_set() and not fake.hold_expired
+        assert first.startswith(b"data: ")
+        assert not ModelCall.objects.filter(episode=session.episode).exists()
+        fake.release.set()
+        rest = b"".join(pieces)
+    assert rest.endswith(b"data: [DONE]\n\n")
+    call = ModelCall.objects.get(episode=session.episode)
+    assert not call.aborted and call.completion_token_ids
+
+
 def test_a_broken_stream_is_recorded_as_aborted(client, settings, session_and_key):
     session, key = session_and_key
     with FakeUpstream(break_stream_after=3) as fake:
