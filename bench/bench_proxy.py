@@ -68,14 +68,15 @@ def serve_gunicorn(threads: int, upstream_url: str) -> tuple[subprocess.Popen[by
         env=env,
     )
     base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
+    deadline = time.monotonic() + 60
+    while server.poll() is None and time.monotonic() < deadline:
         try:
             httpx.get(f"{base}/healthz", timeout=1)
             return server, base
         except httpx.HTTPError:
             time.sleep(0.05)
     server.kill()
-    raise SystemExit("gunicorn did not start")
+    raise SystemExit(f"gunicorn did not start (exit status {server.wait()}); see above")
 
 
 def _upstream_process(conn: Any) -> None:
@@ -97,7 +98,8 @@ def start_upstream() -> tuple[Any, Any, str]:
 
 
 def conversation(prompt_chars: int, turn: int) -> list[dict[str, str]]:
-    filler = ("The search returned three documents about the river. " * 200)[:prompt_chars]
+    sentence = "The search returned three documents about the river. "
+    filler = (sentence * (prompt_chars // len(sentence) + 1))[:prompt_chars]
     return [
         {"role": "system", "content": "You are a research agent with tools."},
         {"role": "user", "content": filler},
@@ -105,10 +107,18 @@ def conversation(prompt_chars: int, turn: int) -> list[dict[str, str]]:
     ]
 
 
-def timed_calls(client: Any, url: str, n: int, prompt_chars: int, stream: bool) -> list[float]:
+def timed_calls(
+    client: Any, url: str, n: int, prompt_chars: int, stream: bool, *, as_forwarded: bool = False
+) -> list[float]:
+    """n calls' times in ms. `as_forwarded` sends the body the proxy would forward (token
+    capture added), which is what the upstream serves for a proxied call."""
+    from harness_app.harness.llm.proxy_protocol import upstream_request
+
     times = []
     for i in range(n):
         body = {"model": "bench", "messages": conversation(prompt_chars, i), "stream": stream}
+        if as_forwarded:
+            body = upstream_request(body)[0]
         started = time.perf_counter()
         if stream:
             with client.stream("POST", url, json=body) as response:
@@ -169,18 +179,27 @@ def main() -> None:
         proxy_url = f"{base}/proxy/{key}/v1/chat/completions"
         direct_url = f"{upstream_url}/chat/completions"
         print(f"database {connection.vendor}; prompt ≈ {args.prompt_chars} tokens per call")
+        print(
+            "p50 in ms. 'proxy work' = proxied - the upstream serving the forwarded body "
+            "(token capture\nadded): what the proxy itself adds. 'agent sees' = proxied - the "
+            "agent's own body\nsent directly: that plus the upstream's cost of returning "
+            "token ids and logprobs."
+        )
         with httpx.Client(timeout=30) as client:
             for stream in (False, True):
-                timed_calls(client, proxy_url, 20, args.prompt_chars, stream)  # warm up
-                timed_calls(client, direct_url, 20, args.prompt_chars, stream)
-                direct = timed_calls(client, direct_url, args.calls, args.prompt_chars, stream)
-                proxied = timed_calls(client, proxy_url, args.calls, args.prompt_chars, stream)
-                added = statistics.median(proxied) - statistics.median(direct)
-                label = "streamed" if stream else "whole"
+                n, chars = args.calls, args.prompt_chars
+                timed_calls(client, proxy_url, 20, chars, stream)  # warm up
+                timed_calls(client, direct_url, 20, chars, stream, as_forwarded=True)
+                agent = statistics.median(timed_calls(client, direct_url, n, chars, stream))
+                forwarded = statistics.median(
+                    timed_calls(client, direct_url, n, chars, stream, as_forwarded=True)
+                )
+                proxied = timed_calls(client, proxy_url, n, chars, stream)
+                p50 = statistics.median(proxied)
                 print(
-                    f"{label:8s} direct p50 {statistics.median(direct):6.2f} ms · proxied p50 "
-                    f"{statistics.median(proxied):6.2f} ms p99 {percentile(proxied, 0.99):6.2f} ms"
-                    f" · added p50 {added:5.2f} ms"
+                    f"{'streamed' if stream else 'whole':8s} direct {agent:5.2f} · forwarded "
+                    f"{forwarded:5.2f} · proxied {p50:5.2f} (p99 {percentile(proxied, 0.99):5.2f})"
+                    f" · proxy work {p50 - forwarded:5.2f} · agent sees {p50 - agent:5.2f}"
                 )
         calls, elapsed = sustained(proxy_url, args.threads, args.seconds, args.prompt_chars)
         print(

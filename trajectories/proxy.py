@@ -214,7 +214,9 @@ class _Call:
             raise
         finally:
             if problem:
-                upstream.drain_conn()  # a half-read connection must not go back to the pool
+                # Closing, not draining: a caller that hung up would otherwise wait out the
+                # rest of the generation here; vLLM aborts a request whose client is gone.
+                upstream.close()
             upstream.release_conn()
             self.upstream_ms = (time.perf_counter() - self.started) * 1000
             if problem:

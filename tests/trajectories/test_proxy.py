@@ -192,6 +192,26 @@ def test_a_stream_reaches_the_agent_event_by_event(client, settings, session_and
     assert not call.aborted and call.completion_token_ids
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_that_hangs_up_mid_stream_is_recorded_at_once_as_aborted(
+    client, settings, session_and_key
+):
+    session, key = session_and_key
+    with FakeUpstream(hold_stream_after=2) as fake:
+        settings.PROXY_UPSTREAM_URL = fake.base_url
+        response = chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True})
+        next(iter(response.streaming_content))
+        # The agent hangs up while the model is still generating: the server closes the
+        # response (which also closes this thread's database connection, hence
+        # transaction=True).
+        response.close()
+        # Recorded without waiting for the rest of the generation.
+        assert not fake.hold_expired
+        call = ModelCall.objects.get(episode=session.episode)
+        fake.release.set()
+    assert call.aborted and call.error.startswith("client_disconnected")
+
+
 def test_a_broken_stream_is_recorded_as_aborted(client, settings, session_and_key):
     session, key = session_and_key
     with FakeUpstream(break_stream_after=3) as fake:
