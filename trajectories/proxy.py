@@ -69,12 +69,13 @@ def upstream_pool() -> urllib3.PoolManager:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = urllib3.PoolManager(
-                maxsize=64,
-                retries=False,
-                timeout=urllib3.Timeout(connect=10.0, read=settings.PROXY_TIMEOUT_S),
-            )
+            _pool = urllib3.PoolManager(maxsize=64, retries=False)
         return _pool
+
+
+def _timeout() -> urllib3.Timeout:
+    # Read per call, so a changed PROXY_TIMEOUT_S applies without a new pool.
+    return urllib3.Timeout(connect=10.0, read=settings.PROXY_TIMEOUT_S)
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JsonResponse:
@@ -98,7 +99,9 @@ def proxy_models(request: HttpRequest, key: str) -> HttpResponse:
     if isinstance(session, JsonResponse):
         return session
     try:
-        upstream = upstream_pool().request("GET", f"{settings.PROXY_UPSTREAM_URL}/models")
+        upstream = upstream_pool().request(
+            "GET", f"{settings.PROXY_UPSTREAM_URL}/models", timeout=_timeout()
+        )
     except UpstreamError as exc:
         return _error(502, f"the model server is unreachable: {exc}", "upstream_unreachable")
     return _passthrough(upstream.data, upstream)
@@ -154,6 +157,7 @@ class _Call:
                 "accept": "text/event-stream" if stream else "application/json",
             },
             preload_content=not stream,
+            timeout=_timeout(),
         )
 
     def whole(self) -> HttpResponse:

@@ -242,6 +242,20 @@ def test_an_unreachable_upstream_answers_502_and_records_the_aborted_call(
     assert not session.trainable
 
 
+def test_a_model_that_answers_too_late_is_a_timeout_recorded_as_aborted(
+    client, settings, session_and_key
+):
+    session, key = session_and_key
+    settings.PROXY_TIMEOUT_S = 0.2
+    with FakeUpstream(delay_s=1.0) as slow:
+        settings.PROXY_UPSTREAM_URL = slow.base_url
+        response = chat(client, key, {"model": "m", "messages": [SYSTEM]})
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "model_timeout"
+    call = ModelCall.objects.get(episode=session.episode)
+    assert call.aborted and call.error.startswith("model_timeout")
+
+
 def test_an_upstream_refusal_is_passed_through_and_does_not_spoil_the_session(
     client, upstream, session_and_key
 ):
