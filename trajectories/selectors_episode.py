@@ -217,7 +217,7 @@ class TurnView:
     changes: list[Change]
     tokens_used: int
     wm_tokens: int
-    format_errors: int
+    format_errors: int  # this turn's failed tool calls
     harness_ms: float
     policy_ms: float
     pool_size: int = 0
@@ -270,6 +270,7 @@ def turn_views(
 ) -> list[TurnView]:
     """One TurnView per row of `turn_rows` (one episode's, in turn order)."""
     views = []
+    errors_before = 0  # Turn.format_errors is the episode's running total
     for row, part in zip(rows, replay_parts(rows, curation_log), strict=True):
         changes = [
             Change(
@@ -293,11 +294,12 @@ def turn_views(
                 changes=changes,
                 tokens_used=part.tokens_used,
                 wm_tokens=part.wm_tokens,
-                format_errors=row.format_errors,
+                format_errors=row.format_errors - errors_before,
                 harness_ms=row.harness_ms,
                 policy_ms=row.policy_ms,
             )
         )
+        errors_before = row.format_errors
     return views
 
 

@@ -14,6 +14,7 @@ from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from tests.trajectories.fake_vllm import FakeVllm
 from trajectories.models import Episode, EpisodeStatus, ModelCall, Turn
 from trajectories.rollout import episode_run
+from trajectories.selectors_episode import episode_view
 from trajectories.services import batch_create
 
 pytestmark = pytest.mark.django_db
@@ -73,6 +74,9 @@ def test_three_malformed_turns_in_a_row_end_the_episode_as_format_errors(demo_be
     assert [t.format_errors for t in turns] == [0, 0, 1, 2, 2, 3, 4, 5]
     failed = [t.index for t in turns if any(not r.get("ok", True) for r in t.tool_results)]
     assert failed == [2, 3, 5, 6, 7]
+    # The viewer shows each turn's own errors, not the total so far.
+    shown = episode_view(episode=episode).turns
+    assert [t.format_errors for t in shown] == [0, 0, 1, 1, 0, 1, 1, 1]
 
     # What the model sent is kept as it was, and what was wrong is what it sees next.
     not_an_action, missing_argument, unknown_tool = turns[5], turns[6], turns[7]
