@@ -170,7 +170,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-VLLM_BASE_URL = env_str("VLLM_BASE_URL", "http://127.0.0.1:8000/v1")
+# Where `make llm` serves SmolLM2; vLLM's own default, 8000, is the web server's port.
+VLLM_BASE_URL = env_str("VLLM_BASE_URL", "http://127.0.0.1:8011/v1")
 HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 2)
 
 LOGGING = {
