@@ -145,7 +145,7 @@ class _Call:
         self.asked = asked
         self.agent = agent_fingerprint(request.get("messages"))
         self.started = time.perf_counter()
-        self.upstream_ms = 0.0
+        self.recorded = False
 
     def _send(self, *, stream: bool) -> urllib3.BaseHTTPResponse:
         return upstream_pool().request(
@@ -162,9 +162,7 @@ class _Call:
 
     def whole(self) -> HttpResponse:
         try:
-            sent = time.perf_counter()
             upstream = self._send(stream=False)
-            self.upstream_ms = (time.perf_counter() - sent) * 1000
         except UpstreamError as exc:
             return self._unreachable(exc)
         if upstream.status != 200:
@@ -205,10 +203,9 @@ class _Call:
         try:
             for piece in _pieces(upstream):
                 events, buffer = sse_events(buffer + piece)
-                for event in events:
-                    yield self._event(event, fold) + b"\n\n"
+                yield from self._relay_events(events, fold)
             if buffer.strip():
-                yield self._event(buffer, fold) + b"\n\n"
+                yield from self._relay_events([buffer], fold)
             if fold.done:
                 problem = ""
         except UpstreamError as exc:
@@ -222,11 +219,18 @@ class _Call:
                 # rest of the generation here; vLLM aborts a request whose client is gone.
                 upstream.close()
             upstream.release_conn()
-            self.upstream_ms = (time.perf_counter() - self.started) * 1000
-            if problem:
+            if not self.recorded:
                 self._record(fold.response(), error=problem, aborted=True)
-            else:
+
+    def _relay_events(self, events: list[bytes], fold: StreamFold) -> Iterator[bytes]:
+        for event in events:
+            relayed = self._event(event, fold) + b"\n\n"
+            if fold.done and not self.recorded:
+                # Stored before the agent reads [DONE], as a whole call is stored before
+                # its answer leaves: an agent (or a researcher closing the session) that
+                # goes on at [DONE] finds the call there.
                 self._record_response(fold.response())
+            yield relayed
 
     def _event(self, event: bytes, fold: StreamFold) -> bytes:
         data = sse_data(event)
@@ -277,6 +281,7 @@ class _Call:
         aborted: bool,
         tokens: CallTokensFound | None = None,
     ) -> None:
+        self.recorded = True
         total_ms = (time.perf_counter() - self.started) * 1000
         version = str(payload.get("model") or self.request.get("model") or "")
         try:
