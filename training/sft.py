@@ -5,6 +5,10 @@ SFTTrainer takes ({"messages": [...], "tools": [...]}):
 
 - An LLM episode sent as chat completions: the last successful call's request messages
   plus its reply. The conversation is append-only, so that prompt holds everything before.
+- A recorded episode (an outside agent behind the recording proxy): one record per chain
+  of `reconstruct_by_agent`, the chain's last call's request messages plus its reply. A
+  session whose agent started subagents or compacted its context has several chains, and
+  each is a conversation some agent really had.
 - An LLM episode sent token-in (the default; its requests hold token ids, not messages),
   and a baseline episode (no model calls): rebuilt from the Turn rows the way
   `harness.llm.chat_policy.ChatPolicy` builds its conversation: the system prompt (or the
@@ -36,7 +40,11 @@ from typing import Any
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.env import HarnessConfig
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
-from harness_app.harness.llm.reconstruct import CallTokens, reconstruct_prefix_merged
+from harness_app.harness.llm.reconstruct import (
+    CallTokens,
+    reconstruct_by_agent,
+    reconstruct_prefix_merged,
+)
 from harness_app.harness.tools import tool_specs
 from harness_app.models import PolicyKind, ToolCallFormat
 from trajectories.models import Episode, ModelCall, RolloutBatch, Turn
@@ -58,29 +66,38 @@ class EpisodeRows:
     replies: dict[int, dict[str, Any]] = field(default_factory=dict)  # turn_index → message
     last_request: dict[str, Any] | None = None
     calls: list[CallTokens] = field(default_factory=list)
+    # A recorded episode's chains, in reconstruct_by_agent's order: the last call's
+    # request and its reply.
+    chain_ends: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass
 class Rendered:
     records: list[dict[str, Any]]
-    how: str  # for the manifest: request_messages, turns, turns_merged_results, skipped:…
+    # for the manifest: request_messages(_per_chain), turns, turns_merged_results, skipped:…
+    how: str
 
 
 # --- loading ----------------------------------------------------------------------------
 
 
 def rows_load(episodes: list[Episode], *, fmt: str) -> list[EpisodeRows]:
-    """Three queries for the whole chunk, whatever its size."""
+    """At most five queries for the whole chunk, whatever its size."""
     rows = {e.pk: EpisodeRows(episode=e) for e in episodes}
     if fmt == "tokens":
         _calls_load(rows)
         return list(rows.values())
-    turns = Turn.objects.filter(episode_id__in=rows).order_by("episode_id", "index")
-    for episode_id, index, calls, observation, results in turns.values_list(
-        "episode_id", "index", "tool_calls", "observation", "tool_results"
-    ):
-        rows[episode_id].turns.append((index, calls, observation, results))
-    _replies_load(rows)
+    recorded = {pk: row for pk, row in rows.items() if row.episode.is_recorded}
+    rollouts = {pk: row for pk, row in rows.items() if pk not in recorded}
+    if recorded:
+        _chain_ends_load(recorded)
+    if rollouts:
+        turns = Turn.objects.filter(episode_id__in=rollouts).order_by("episode_id", "index")
+        for episode_id, index, calls, observation, results in turns.values_list(
+            "episode_id", "index", "tool_calls", "observation", "tool_results"
+        ):
+            rows[episode_id].turns.append((index, calls, observation, results))
+        _replies_load(rollouts)
     return list(rows.values())
 
 
@@ -103,6 +120,25 @@ def _replies_load(rows: dict[int, EpisodeRows]) -> None:
 def _calls_load(rows: dict[int, EpisodeRows]) -> None:
     for episode_id, calls in call_tokens_by_episode(_successful_calls(rows)).items():
         rows[episode_id].calls.extend(calls)
+
+
+def _chain_ends_load(rows: dict[int, EpisodeRows]) -> None:
+    # The chains come from the token ids, as on the episode page and in token exports;
+    # only each chain's last call is read whole.
+    _calls_load(rows)
+    ends: dict[int, list[Any]] = {}
+    for pk, row in rows.items():
+        segments, _ = reconstruct_by_agent(row.calls)
+        ends[pk] = [s.call_ids[-1] for s in segments if s.sampled_tokens]
+    wanted = [call_id for ids in ends.values() for call_id in ids]
+    found = {
+        pk: (request, _assistant(response))
+        for pk, request, response in ModelCall.objects.filter(pk__in=wanted).values_list(
+            "pk", "request", "response"
+        )
+    }
+    for pk, ids in ends.items():
+        rows[pk].chain_ends = [found[call_id] for call_id in ids if call_id in found]
 
 
 def _assistant(response: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +174,8 @@ def system_message(version: str, fmt: str, tools: list[dict[str, Any]]) -> dict[
 
 
 def chat_render(rows: EpisodeRows, tools: list[dict[str, Any]]) -> Rendered:
+    if rows.episode.is_recorded:
+        return _recorded_render(rows)
     request = rows.last_request
     if request is not None and "messages" in request:
         last = max(rows.replies)
@@ -160,6 +198,19 @@ def chat_render(rows: EpisodeRows, tools: list[dict[str, Any]]) -> Rendered:
     offered = tools if fmt == ToolCallFormat.OPENAI_TOOLS else []
     return Rendered(
         [{"messages": messages, "tools": offered}], "turns_merged_results" if merged else "turns"
+    )
+
+
+def _recorded_render(rows: EpisodeRows) -> Rendered:
+    records = [
+        {"messages": [*request["messages"], reply], "tools": request.get("tools") or []}
+        for request, reply in rows.chain_ends
+        if isinstance(request.get("messages"), list)
+    ]
+    if not records:
+        return Rendered([], "skipped:no_chat_calls")
+    return Rendered(
+        records, "request_messages" if len(records) == 1 else "request_messages_per_chain"
     )
 
 

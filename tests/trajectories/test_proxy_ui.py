@@ -132,6 +132,61 @@ def test_approved_recorded_episodes_go_into_sft_exports(client, settings, fmt):
     assert session.episode.sft_exports.count() == 1
 
 
+def _chat_export_of(session: RecordingSession) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    annotator = factories.user("rita", Role.RESEARCHER)
+    annotation_bulk_apply(actor=annotator, filters={"kind": "recorded"}, label="approve")
+    export = sft_export_create(enqueue=False, filters={"kind": "recorded"}, fmt="chat")
+    done = sft_export_run(export_id=export.pk)
+    assert done is not None and done.status == ExportStatus.DONE, done and done.error
+    lines = [json.loads(line) for line in Path(done.file_path).read_text().splitlines()]
+    return lines, done.manifest
+
+
+def test_a_chat_export_keeps_every_agents_conversation(client, settings):
+    # The main agent's two turns, then a subagent with its own system prompt.
+    session = _record(client, settings, turns=2, subagent=True)
+    lines, manifest = _chat_export_of(session)
+    assert [line["messages"][0]["content"] for line in lines] == [
+        SYSTEM["content"],
+        "A subagent.",
+    ]
+    main, sub = (line["messages"] for line in lines)
+    assert main[-1] == {"role": "assistant", "content": "reply 2"}
+    assert [m["role"] for m in main] == ["system", "user", "assistant", "tool", "assistant"]
+    assert sub[1:] == [
+        {"role": "user", "content": "s"},
+        {"role": "assistant", "content": "reply 3"},
+    ]
+    assert "request_messages_per_chain" in json.dumps(manifest)
+
+
+def test_a_chat_export_keeps_the_turns_before_a_context_compaction(client, settings):
+    session, key = recording_session_create(user=None, name="compacting")
+    with FakeUpstream() as fake:
+        settings.PROXY_UPSTREAM_URL = fake.base_url
+
+        def call(messages: list[dict[str, Any]]) -> str:
+            body = {"model": "m", "messages": messages}
+            reply = client.post(
+                f"/proxy/{key}/v1/chat/completions",
+                data=json.dumps(body),
+                content_type="application/json",
+            ).json()
+            return reply["choices"][0]["message"]["content"]
+
+        history = [SYSTEM, {"role": "user", "content": "go"}]
+        history += [{"role": "assistant", "content": call(history)}]
+        history += [{"role": "tool", "content": "a long result"}]
+        before = call(history)
+        call([SYSTEM, {"role": "user", "content": "summary so far"}])  # compacted
+    lines, _ = _chat_export_of(recording_session_close(session=session, reward=1.0))
+
+    assert len(lines) == 2
+    assert lines[0]["messages"][-1] == {"role": "assistant", "content": before}
+    assert lines[0]["messages"][:4] == history
+    assert lines[1]["messages"][1] == {"role": "user", "content": "summary so far"}
+
+
 def test_recorded_sessions_of_one_task_form_an_rl_group(client, settings):
     good = _record(client, settings, task="t1", reward=1.0)
     bad = _record(client, settings, task="t1", reward=0.0)

@@ -171,7 +171,7 @@ class StreamFold:
         if not self.head:
             self.head = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
         if isinstance(chunk.get("prompt_token_ids"), list):
-            self.prompt_ids = list(chunk["prompt_token_ids"])
+            self.prompt_ids = chunk["prompt_token_ids"]  # 32,000 ids: no copy
         if chunk.get("usage"):
             self.usage = dict(chunk["usage"])
         for choice in chunk.get("choices") or []:
