@@ -172,6 +172,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # Where `make llm` serves SmolLM2; vLLM's own default, 8000, is the web server's port.
 VLLM_BASE_URL = env_str("VLLM_BASE_URL", "http://127.0.0.1:8011/v1")
+# The key vLLM was started with (--api-key), sent as a bearer token to VLLM_BASE_URL only:
+# a policy that names a server of its own never receives it.
+VLLM_API_KEY = env_str("VLLM_API_KEY", "")
 HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 2)
 
 LOGGING = {
@@ -188,6 +191,7 @@ VLLM_RETRIES = env_int("VLLM_RETRIES", 3)
 # The recording proxy (docs/proxy.md). Its upstream comes from here only, never from a
 # request, so a session key cannot turn the server into an open relay.
 PROXY_UPSTREAM_URL = env_str("PROXY_UPSTREAM_URL", VLLM_BASE_URL).rstrip("/")
+PROXY_UPSTREAM_API_KEY = env_str("PROXY_UPSTREAM_API_KEY", VLLM_API_KEY)
 PROXY_TIMEOUT_S = env_int("PROXY_TIMEOUT_S", 600)
 PROXY_SESSION_TTL_S = env_int("PROXY_SESSION_TTL_S", 24 * 3600)
 PROXY_SESSION_MAX_TTL_S = env_int("PROXY_SESSION_MAX_TTL_S", 30 * 24 * 3600)

@@ -50,6 +50,7 @@ from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
 from trajectories import services as rollouts
 from trajectories.models import BatchStatus, Episode, EpisodeStatus, TerminationPolicy
+from trajectories.rollout import model_server_api_key
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +260,10 @@ def _step_start(job: RLJob) -> RLStep:
     if version.adapter_path:
         # A restarted vLLM forgets runtime adapters: serve it again before sampling.
         publish.adapter_ensure_served(
-            _base_url(job), name=version.policy.model, path=Path(version.adapter_path)
+            _base_url(job),
+            name=version.policy.model,
+            path=Path(version.adapter_path),
+            api_key=model_server_api_key(_base_url(job)),
         )
     with transaction.atomic():
         try:
@@ -315,7 +319,13 @@ def _step_train(job: RLJob, step: RLStep) -> float | None:
     trained = _train(job, step, build, timings)
     metrics.update(trained.metrics)
     started = time.perf_counter()
-    publish.adapter_serve(_base_url(job), name=trained.model_name, path=trained.adapter_dir)
+    base_url = _base_url(job)
+    publish.adapter_serve(
+        base_url,
+        name=trained.model_name,
+        path=trained.adapter_dir,
+        api_key=model_server_api_key(base_url),
+    )
     timings["publish_s"] = time.perf_counter() - started
     return _step_record(job, step, metrics=metrics, timings=timings, produced=trained)
 

@@ -73,6 +73,12 @@ def upstream_pool() -> urllib3.PoolManager:
         return _pool
 
 
+def _upstream_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
+    # The proxy's own credential for the upstream, if any; never the caller's headers.
+    key = settings.PROXY_UPSTREAM_API_KEY
+    return {**(headers or {}), **({"authorization": f"Bearer {key}"} if key else {})}
+
+
 def _timeout() -> urllib3.Timeout:
     # Read per call, so a changed PROXY_TIMEOUT_S applies without a new pool.
     return urllib3.Timeout(connect=10.0, read=settings.PROXY_TIMEOUT_S)
@@ -100,7 +106,10 @@ def proxy_models(request: HttpRequest, key: str) -> HttpResponse:
         return session
     try:
         upstream = upstream_pool().request(
-            "GET", f"{settings.PROXY_UPSTREAM_URL}/models", timeout=_timeout()
+            "GET",
+            f"{settings.PROXY_UPSTREAM_URL}/models",
+            headers=_upstream_headers(),
+            timeout=_timeout(),
         )
     except UpstreamError as exc:
         return _error(502, f"the model server is unreachable: {exc}", "upstream_unreachable")
@@ -152,10 +161,12 @@ class _Call:
             "POST",
             f"{settings.PROXY_UPSTREAM_URL}/chat/completions",
             body=orjson.dumps(self.forwarded),
-            headers={
-                "content-type": "application/json",
-                "accept": "text/event-stream" if stream else "application/json",
-            },
+            headers=_upstream_headers(
+                {
+                    "content-type": "application/json",
+                    "accept": "text/event-stream" if stream else "application/json",
+                }
+            ),
             preload_content=not stream,
             timeout=_timeout(),
         )

@@ -35,6 +35,14 @@ def policy_version(config: PolicyConfig) -> str:
     return "baseline" if config.kind == PolicyKind.BASELINE else f"{config.name}@{config.model}"
 
 
+def model_server_api_key(base_url: str) -> str:
+    """VLLM_API_KEY for the configured model server, "" for any other: a researcher's
+    policy may name its own server, which must not receive our key."""
+    if base_url.rstrip("/") == settings.VLLM_BASE_URL.rstrip("/"):
+        return str(settings.VLLM_API_KEY)
+    return ""
+
+
 def policy_build(
     config: PolicyConfig,
     batch: RolloutBatch,
@@ -44,10 +52,12 @@ def policy_build(
     if config.kind == PolicyKind.BASELINE:
         # The baseline must only call tools this episode's ablation offers.
         return make_policy("baseline", tools=[t["function"]["name"] for t in tools])
+    base_url = config.base_url or settings.VLLM_BASE_URL
     client = ChatClient(
-        config.base_url or settings.VLLM_BASE_URL,
+        base_url,
         config.model,
         timeout_s=settings.VLLM_TIMEOUT_S,
+        api_key=model_server_api_key(base_url) or "EMPTY",
         policy_version=policy_version(config),
     )
     chat_config = ChatPolicyConfig(

@@ -31,6 +31,7 @@ class FakeLoraServer:
         self.models = {"smollm2"}
         self.loads: list[dict[str, str]] = []
         self.unloads: list[str] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -58,9 +59,11 @@ class FakeLoraServer:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:
+                fake.authorizations.append(self.headers.get("Authorization"))
                 self._answer(200, {"data": [{"id": m} for m in sorted(fake.models)]})
 
             def do_POST(self) -> None:
+                fake.authorizations.append(self.headers.get("Authorization"))
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.path.endswith("/load_lora_adapter"):
                     if body["lora_name"] in fake.models:

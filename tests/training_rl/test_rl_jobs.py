@@ -211,3 +211,20 @@ def test_a_restarted_server_gets_the_current_adapter_again_before_sampling(
     assert rl_job_advance(job_id=job.pk) == 0.5
     assert lora_server.loads == [{"lora_name": "job-v1", "lora_path": str(weights_dir)}]
     assert step_batch(job, 0).policy == v1_policy
+
+
+@override_settings(RL_POLL_S=0.5, VLLM_API_KEY="sk-rl")
+def test_adapters_are_published_with_the_model_servers_key(
+    llm_policy, weights_dir, lora_server, settings
+):
+    settings.VLLM_BASE_URL = lora_server.base_url  # the job's server is the configured one
+    job = job_create(factories.demo_benchmark(), llm_policy, weights_dir)
+    v1_policy = PolicyConfig.objects.create(
+        name="v1", kind=PolicyKind.OPENAI, base_url=lora_server.base_url, model="job-v1"
+    )
+    PolicyVersion.objects.create(
+        job=job, number=1, policy=v1_policy, adapter_path=str(weights_dir), trained_at_step=0
+    )
+    rl_job_advance(job_id=job.pk)
+    assert lora_server.loads  # listed the models, then loaded the adapter
+    assert lora_server.authorizations and set(lora_server.authorizations) == {"Bearer sk-rl"}

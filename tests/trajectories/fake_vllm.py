@@ -21,6 +21,7 @@ class FakeVllm:
         self.hold_call = hold_call
         self.calls = 0
         self.tokenize_requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self.held = threading.Event()
         self.release = threading.Event()
         self._lock = threading.Lock()
@@ -63,6 +64,7 @@ class FakeVllm:
                 self.wfile.write(body.encode())
 
             def do_POST(self) -> None:
+                fake.authorizations.append(self.headers.get("Authorization"))
                 length = int(self.headers.get("Content-Length", 0))
                 request = json.loads(self.rfile.read(length))
                 if self.path.endswith("/tokenize"):

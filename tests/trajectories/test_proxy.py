@@ -380,6 +380,17 @@ def test_no_request_can_choose_the_upstream(client, settings, session_and_key):
     assert not headers & {"authorization", "x-forwarded-host", "x-upstream-url", "cookie"}
 
 
+def test_the_upstream_gets_the_proxys_api_key_never_the_callers(client, settings, upstream):
+    _, key = recording_session_create(user=None)
+    settings.PROXY_UPSTREAM_API_KEY = "sk-upstream"
+    secret = {"Authorization": "Bearer caller-secret"}
+    chat(client, key, {"model": "m", "messages": [SYSTEM]}, headers=secret)
+    chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True}, headers=secret)
+    client.get(f"/proxy/{key}/v1/models", headers=secret)
+    sent = [{k.lower(): v for k, v in r["headers"].items()} for r in upstream.requests]
+    assert [h.get("authorization") for h in sent] == ["Bearer sk-upstream"] * 3
+
+
 def test_a_recorded_session_is_an_episode_of_kind_recorded(session_and_key):
     session, _ = session_and_key
     episode = session.episode
