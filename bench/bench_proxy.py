@@ -57,7 +57,7 @@ def serve_gunicorn(threads: int, upstream_url: str) -> tuple[subprocess.Popen[by
     server = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "gunicorn"),
-            os.environ.get("BENCH_WSGI", "config.wsgi:application"),
+            "config.wsgi:application",
             f"--bind=127.0.0.1:{port}",
             "--workers=1",
             "--worker-class=gthread",

@@ -259,11 +259,12 @@ def _step_start(job: RLJob) -> RLStep:
     version = _newest_version(job)
     if version.adapter_path:
         # A restarted vLLM forgets runtime adapters: serve it again before sampling.
+        base_url = _base_url(job)
         publish.adapter_ensure_served(
-            _base_url(job),
+            base_url,
             name=version.policy.model,
             path=Path(version.adapter_path),
-            api_key=model_server_api_key(_base_url(job)),
+            api_key=model_server_api_key(base_url),
         )
     with transaction.atomic():
         try:

@@ -244,10 +244,11 @@ def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> int:
         "aborted": call.aborted,
         "now": timezone.now(),
     }
-    if connection.vendor == "postgresql":
-        turn_index, first_version = _call_insert_postgresql(values)
-    else:
-        turn_index, first_version = _call_insert(values)
+    insert = _call_insert_postgresql if connection.vendor == "postgresql" else _call_insert
+    numbered = insert(values)
+    if numbered is None:
+        raise Episode.DoesNotExist(f"episode {session.episode_id} of the session is gone")
+    turn_index, first_version = int(numbered[0]), str(numbered[1])
     _mark_untrainable(session, call, turn_index, first_version)
     return turn_index
 
@@ -285,29 +286,29 @@ VALUES ({_CALL_VALUES.format(turn_index="%(turn_index)s", jsonb="")})
 """
 
 
-def _call_insert_postgresql(values: dict[str, Any]) -> tuple[int, str]:
+# Both inserts answer (turn index, the episode's first policy version), or None when the
+# episode row is gone.
+
+
+def _call_insert_postgresql(values: dict[str, Any]) -> tuple[Any, ...] | None:
     # A server-side binding cursor: Django's client-side binding would quote the token
     # blobs (32 KB for 8,000 prompt tokens) into the SQL text as hex, another 0.5 ms.
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(_CALL_INSERT_POSTGRESQL, values)
-        row = cursor.fetchone()
-    if row is None:
-        raise Episode.DoesNotExist(f"episode {values['episode']} of the session is gone")
-    return int(row[0]), str(row[1])
+        return cursor.fetchone()
 
 
 @transaction.atomic
-def _call_insert(values: dict[str, Any]) -> tuple[int, str]:
+def _call_insert(values: dict[str, Any]) -> tuple[Any, ...] | None:
     # SQLite: the transaction takes the write lock when it begins (transaction_mode
     # IMMEDIATE in settings), which serialises the numbering.
     with connection.cursor() as cursor:
         cursor.execute(_EPISODE_NUMBER, values)
-        row = cursor.fetchone()
-        if row is None:
-            raise Episode.DoesNotExist(f"episode {values['episode']} of the session is gone")
-        cursor.execute(_CALL_INSERT, {**values, "turn_index": row[0]})
-    return int(row[0]), str(row[1])
+        numbered = cursor.fetchone()
+        if numbered is not None:
+            cursor.execute(_CALL_INSERT, {**values, "turn_index": numbered[0]})
+        return numbered
 
 
 def _mark_untrainable(

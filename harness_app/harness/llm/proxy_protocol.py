@@ -124,8 +124,8 @@ class CallTokensFound:
 def tokens_of(response: Mapping[str, Any]) -> CallTokensFound:
     """Token ids and sampled logprobs from a (folded) chat completion response.
 
-    The arrays check the ids in C: a prompt of 8,000 ids costs 0.05 ms instead of the
-    0.3 ms of converting each one in Python, and this runs while the agent waits.
+    The arrays check the ids in C: a prompt of 8,000 ids costs 0.14 ms instead of the
+    0.35 ms of converting each one in Python, and this runs while the agent waits.
     """
     choice = (response.get("choices") or [{}])[0] or {}
     prompt = response.get("prompt_token_ids")
