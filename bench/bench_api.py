@@ -196,10 +196,10 @@ def export_batch(episodes: int) -> Any:
     from unittest import mock
 
     from harness_app.models import PolicyConfig, PolicyKind
-    from trajectories.annotations import annotation_bulk_apply
     from trajectories.models import RolloutBatch
     from trajectories.rollout import episode_run
-    from trajectories.services import batch_create
+    from trajectories.services.annotations import annotation_bulk_apply
+    from trajectories.services.rollouts import batch_create
 
     ran = RolloutBatch.objects.filter(created_by__username="bench-researcher").last()
     if ran is not None and ran.episodes.filter(status="completed").count() >= episodes:
@@ -207,7 +207,7 @@ def export_batch(episodes: int) -> Any:
     policy, _ = PolicyConfig.objects.get_or_create(name="baseline", kind=PolicyKind.BASELINE)
     researcher = _researcher()
     samples = max(1, -(-episodes // demo_benchmark().queries.count()))
-    with mock.patch("trajectories.services.batch_enqueue"):
+    with mock.patch("trajectories.services.rollouts.batch_enqueue"):
         batch = batch_create(
             benchmark=demo_benchmark(),
             policy=policy,
@@ -257,7 +257,7 @@ def add_token_calls(batch: Any, calls: int = 10, prompt: int = 2_000) -> None:
 
 
 def bench_export(episodes: int) -> None:
-    from training.services import sft_export_create, sft_export_run
+    from training.services.sft_exports import sft_export_create, sft_export_run
 
     batch = export_batch(episodes)
     print(f"\nSFT export of {batch.episodes.count()} approved episodes (batch {batch.pk})")

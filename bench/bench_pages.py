@@ -7,7 +7,7 @@
   500 pool documents: the harness's own state records (pool, memory, curated set and its
   log, searches, verifications, an evidence graph built by the real entity extractor over
   synthetic documents), each turn's WORKINGMEMORY rendered by the harness, stored through
-  `services.turn_record` (snapshots every 10 turns, deltas between), plus one model call a
+  `rollouts.turn_record` (snapshots every 10 turns, deltas between), plus one model call a
   turn with 150 sampled tokens and their logprobs.
 - The episode list over `--episodes` episodes (20 batches × 1,000 queries × 5 samples by
   default) with spread-out metrics, unfiltered and with filters applied.
@@ -273,8 +273,8 @@ def _episode(rng: random.Random, batch: Any, group: Any, sample: int, reasons: l
 def long_episode_create(rng: random.Random, benchmark: Any) -> int:
     """A 40-turn episode stored exactly as the rollout worker stores one."""
     from harness_app.models import Document, PolicyConfig, Qrel, Query
-    from trajectories import services
     from trajectories.models import Episode, RolloutBatch, RolloutGroup
+    from trajectories.services import rollouts
 
     policy = PolicyConfig.objects.create(name="bench-viewer", kind="openai", model="qwen3-4b")
     query = Query.objects.create(
@@ -290,11 +290,11 @@ def long_episode_create(rng: random.Random, benchmark: Any) -> int:
         Qrel(query=query, document=d, grade=2 if i == 0 else 1)
         for i, d in enumerate(docs[5 : 5 + GOLD * 40 : 40])
     )
-    claim = services.episode_claim(episode_id=episode.pk)
+    claim = rollouts.episode_claim(episode_id=episode.pk)
     assert claim is not None
     previous = None
     for turn in _turns(rng, query.text, docs):
-        services.turn_record(
+        rollouts.turn_record(
             claim=claim, turn=turn, calls=turn.pop("calls"), previous_state=previous
         )
         previous = turn["state"]

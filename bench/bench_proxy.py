@@ -170,7 +170,7 @@ def main() -> None:
     from django.db import connection
 
     from trajectories.models import ModelCall
-    from trajectories.recording import recording_session_create
+    from trajectories.services.recording import recording_session_create
 
     process, pipe, upstream_url = start_upstream()
     server, base = serve_gunicorn(args.threads, upstream_url)

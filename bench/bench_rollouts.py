@@ -93,8 +93,8 @@ def per_turn_overhead(bench: Any, episodes: int) -> dict[str, Any]:
     from harness_app.harness.env import HarnessConfig, SearchHarness
     from harness_app.indexes import corpus_retriever
     from harness_app.models import PolicyConfig, PolicyKind
-    from trajectories import services
     from trajectories.rollout import query_spec
+    from trajectories.services import rollouts as services
 
     policy, _ = PolicyConfig.objects.get_or_create(name="baseline", kind=PolicyKind.BASELINE)
     batch = services.batch_create(
@@ -154,7 +154,7 @@ def _turn_json(env: Any, obs: Any, spec: Any, calls: list[Any]) -> dict[str, Any
 def _outcome(env: Any, spec: Any) -> Any:
     from harness_app.harness.metrics import metrics_from_state
     from harness_app.harness.reward import compute_reward
-    from trajectories.services import EpisodeOutcome
+    from trajectories.services.rollouts import EpisodeOutcome
 
     metrics = metrics_from_state(env.state, spec)
     reward = compute_reward(metrics, max_turns=40)
@@ -200,7 +200,7 @@ def rows_and_bytes(episode_id: int) -> tuple[int, int]:
 def baseline_throughput(bench: Any, episodes: int) -> float:
     from harness_app.models import PolicyConfig, PolicyKind
     from trajectories.rollout import episode_run
-    from trajectories.services import batch_create
+    from trajectories.services.rollouts import batch_create
 
     policy, _ = PolicyConfig.objects.get_or_create(name="baseline", kind=PolicyKind.BASELINE)
     batch = batch_create(benchmark=bench, policy=policy, query_limit=episodes)
@@ -216,7 +216,7 @@ def llm_in_flight(bench: Any, url: str, concurrency: int, episodes: int) -> dict
     """A thread-pool worker against a real vLLM: the most episodes running at once."""
     from harness_app.models import PolicyConfig, PolicyKind
     from trajectories.models import BatchStatus, Episode, EpisodeStatus
-    from trajectories.services import batch_create
+    from trajectories.services.rollouts import batch_create
 
     model = _served_model(url)
     policy, _ = PolicyConfig.objects.update_or_create(

@@ -17,8 +17,8 @@ from rest_framework.routers import DefaultRouter
 
 from harness_app.api import BenchmarkViewSet, ImportJobViewSet, PolicyConfigViewSet
 from training.api import ExportViewSet, RLJobViewSet
-from trajectories.api import AnnotationViewSet, BatchViewSet, EpisodeViewSet
-from trajectories.api_recording import RecordingViewSet
+from trajectories.api.recording import RecordingViewSet
+from trajectories.api.rollouts import AnnotationViewSet, BatchViewSet, EpisodeViewSet
 
 SCHEMA_SETTINGS = {
     "TITLE": "Harness workbench API",

@@ -12,6 +12,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_int, env_list, env_path, env_str, parse_database_url
+from harness_app import queues
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -163,6 +164,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
+# Queues and task names are declared in harness_app/queues.py; services enqueue by name.
+CELERY_TASK_ROUTES = queues.task_routes()
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

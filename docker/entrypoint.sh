@@ -1,5 +1,6 @@
 #!/bin/sh
-# web: migrate, then serve with gunicorn. worker: a Celery worker on $CELERY_QUEUES.
+# web: migrate, then serve with gunicorn. worker: a Celery worker on $CELERY_QUEUES, or on
+# every queue that harness_app/queues.py declares when it is unset.
 set -eu
 case "${1:-web}" in
   web)
@@ -12,7 +13,7 @@ case "${1:-web}" in
     ;;
   worker)
     exec celery -A config worker --loglevel=INFO \
-      --queues="${CELERY_QUEUES:-celery,index,rollouts,rollouts_llm,training}" \
+      --queues="${CELERY_QUEUES:-$(python -m harness_app.queues)}" \
       --pool="${CELERY_POOL:-prefork}" --concurrency="${CELERY_CONCURRENCY:-4}"
     ;;
   *)

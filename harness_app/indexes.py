@@ -94,6 +94,15 @@ def corpus_index_ensure(corpus: Corpus) -> tuple[BM25Index, bool]:
     return _build(corpus), True
 
 
+def corpus_index_build(*, corpus_id: int) -> None:
+    """The index task's work: ensure the corpus's index, if the corpus still exists."""
+    corpus = Corpus.objects.filter(pk=corpus_id).first()
+    if corpus is None:
+        logger.info("corpus %s is gone; nothing to index", corpus_id)
+        return
+    corpus_index_ensure(corpus)
+
+
 def _build(corpus: Corpus) -> BM25Index:
     _status_set(corpus, IndexStatus.BUILDING)
     _forget(corpus)

@@ -22,7 +22,7 @@ from django.db.models import ProtectedError, RestrictedError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from harness_app import importers, selectors, tasks
+from harness_app import importers, queues, selectors
 from harness_app.harness.beir import QRELS_HEADER, BeirFormatError
 from harness_app.harness.retrieval.store import ContentHasher
 from harness_app.importers import ImportRejected, Progress
@@ -280,7 +280,7 @@ def corpus_index_queue(*, corpus: Corpus) -> None:
 
 def _index_enqueue(corpus_id: int) -> None:
     try:
-        tasks.corpus_index_build.apply_async((corpus_id,), queue=tasks.INDEX_QUEUE)
+        queues.enqueue(queues.CORPUS_INDEX_BUILD, corpus_id)
     except KombuOperationalError as exc:
         # Not run inline: say so on the corpus; the index is built on first use instead.
         logger.warning("could not queue the index build of corpus %s: %s", corpus_id, exc)
@@ -470,9 +470,7 @@ def _import_job_queue(
         created_by=created_by,
     )
     job_id = job.pk
-    transaction.on_commit(
-        lambda: tasks.import_job_run.apply_async((job_id,), queue=tasks.INDEX_QUEUE)
-    )
+    transaction.on_commit(lambda: queues.enqueue(queues.IMPORT_JOB_RUN, job_id))
     return job
 
 

@@ -3,7 +3,6 @@ from django.urls import path
 from harness_app import views
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
     path("benchmarks/", views.benchmark_list, name="benchmark_list"),
     path("benchmarks/upload/", views.benchmark_upload, name="benchmark_upload"),
     path("benchmarks/<int:pk>/", views.benchmark_detail, name="benchmark_detail"),

@@ -1,41 +1,16 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from harness_app import health, selectors, services
+from harness_app import selectors, services
 from harness_app.forms import BenchmarkUploadForm
 from harness_app.importers import ImportRejected
 from harness_app.models import ImportJob
 from harness_app.roles import browse_required, researcher_required
-
-
-@login_not_required
-@never_cache
-@require_GET
-def healthz(request: HttpRequest) -> JsonResponse:
-    checks = {"database": health.database_check(), "broker": health.broker_check()}
-    healthy = all(c.ok for c in checks.values())
-    body = {
-        "status": "ok" if healthy else "unavailable",
-        "checks": {name: {"ok": c.ok, "detail": c.detail} for name, c in checks.items()},
-    }
-    return JsonResponse(body, status=200 if healthy else 503)
-
-
-@browse_required
-def dashboard(request: HttpRequest) -> HttpResponse:
-    # Rollouts build on this app, so their sections are read lazily from trajectories
-    # rather than imported at module level (the apps' layering points the other way).
-    from trajectories.selectors_ui import dashboard_data
-
-    return render(request, "trajectories/dashboard.html", dashboard_data())
-
 
 # --- benchmarks -------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_app.api import ResearcherWrites, request_user
-from training import selectors_rl, services, services_rl
+from training import selectors
 from training.models import ExportStatus, RLJob, RLStep, SFTExport
 from training.serializers import (
     ExportCreateSerializer,
@@ -26,6 +26,7 @@ from training.serializers import (
     RLJobDetailSerializer,
     RLJobSerializer,
 )
+from training.services import rl_jobs, sft_exports
 
 
 class NotReady(APIException):
@@ -51,12 +52,12 @@ class ExportViewSet(
         form = ExportCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
-            export = services.sft_export_create(
+            export = sft_exports.sft_export_create(
                 created_by=request_user(request),
                 filters=form.validated_data["filters"],
                 fmt=form.validated_data["format"],
             )
-        except services.ExportError as exc:
+        except sft_exports.ExportError as exc:
             raise ValidationError({"filters": [str(exc)]}) from None
         data = ExportSerializer(export, context={"request": request}).data
         return Response(data, status=status.HTTP_202_ACCEPTED)
@@ -96,7 +97,7 @@ class RLJobViewSet(
     permission_classes = [ResearcherWrites]
 
     def get_queryset(self) -> QuerySet[RLJob]:
-        queryset = selectors_rl.rl_jobs_queryset()
+        queryset = selectors.rl_jobs_queryset()
         if self.action == "retrieve":
             steps = RLStep.objects.select_related("version", "produced").order_by("index")
             queryset = queryset.prefetch_related(
@@ -114,15 +115,15 @@ class RLJobViewSet(
         form.is_valid(raise_exception=True)
         data = dict(form.validated_data)
         try:
-            job = services_rl.rl_job_create(
+            job = rl_jobs.rl_job_create(
                 benchmark=data.pop("benchmark"),
                 base_policy=data.pop("base_policy"),
                 base_model_dir=data.pop("base_model_dir"),
                 name=data.pop("name"),
-                job_settings=services_rl.job_settings_from(data),
+                job_settings=rl_jobs.job_settings_from(data),
                 created_by=request_user(request),
             )
-        except services_rl.RLJobError as exc:
+        except rl_jobs.RLJobError as exc:
             message = str(exc)
             names = list(RLJobCreateSerializer().fields.keys())
             field = next((name for name in names if message.startswith(name)), None)
@@ -134,6 +135,6 @@ class RLJobViewSet(
     def cancel(self, request: Request, pk: str) -> Response:
         """Stop the job after the piece of work in flight; its running batch is cancelled."""
         job = self.get_object()
-        services_rl.rl_job_cancel(job=job)
+        rl_jobs.rl_job_cancel(job=job)
         job.refresh_from_db()
         return Response(RLJobSerializer(job).data)

@@ -8,7 +8,7 @@ from django.conf import settings
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from training.models import RLAlgorithm
-from training.services_rl import MAX_GROUP_SIZE, MAX_LORA_RANK, MAX_STEPS, RLJobSettings
+from training.services.rl_jobs import MAX_GROUP_SIZE, MAX_LORA_RANK, MAX_STEPS, RLJobSettings
 from trajectories.models import TerminationPolicy
 
 DEFAULTS = RLJobSettings()

@@ -16,7 +16,7 @@ from training.models import (
     RLStep,
     SFTExport,
 )
-from training.services_rl import RLJobSettings
+from training.services.rl_jobs import RLJobSettings
 from trajectories.models import TerminationPolicy
 
 RL_DEFAULTS = RLJobSettings()

@@ -1,30 +1,25 @@
-"""Celery tasks of the training app: thin wrappers that take ids and call one service.
+"""Celery tasks of the training app: each takes an id and calls one service.
 
-SFT exports go to the default "celery" queue (named at send time in services.py): they
-read the database and write one file, and must not wait behind rollouts or index builds.
+SFT exports go to the default "celery" queue: they read the database and write one file,
+and must not wait behind rollouts or index builds. RL job steps go to "training", served
+by one process per trainer device (harness_app/queues.py).
 """
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from training import services
+from harness_app import queues
+from training.services import rl_jobs, sft_exports
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=queues.SFT_EXPORT, acks_late=True, reject_on_worker_lost=True)
 def sft_export_task(export_id: int) -> str:
-    export = services.sft_export_run(export_id=export_id)
+    export = sft_exports.sft_export_run(export_id=export_id)
     return "gone" if export is None else export.status
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=queues.RL_JOB_ADVANCE, acks_late=True, reject_on_worker_lost=True)
 def rl_job_advance_task(job_id: int) -> str:
-    """One piece of an RL job; schedules the next piece itself, so one chain of these
-    drives the job and no worker sits waiting while the rollouts run."""
-    from training import services_rl
-
-    wait = services_rl.rl_job_advance(job_id=job_id)
-    if wait is None:
-        return "finished"
-    services_rl.rl_job_enqueue(job_id=job_id, countdown=wait)
-    return f"next in {wait:.1f}s"
+    """One piece of an RL job; it schedules the next piece itself."""
+    return rl_jobs.rl_job_tick(job_id=job_id)

@@ -10,13 +10,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from harness_app.roles import browse_required, researcher_required
-from training import selectors_rl, services_rl
+from training import selectors
 from training.forms import RLJobLaunchForm
 from training.models import RLJob
+from training.services import rl_jobs
 
 
 def _job_or_404(pk: int) -> RLJob:
-    job = selectors_rl.rl_job_get(pk=pk)
+    job = selectors.rl_job_get(pk=pk)
     if job is None:
         raise Http404(f"no RL job {pk}")
     return job
@@ -25,7 +26,7 @@ def _job_or_404(pk: int) -> RLJob:
 @browse_required
 @require_GET
 def rl_job_list(request: HttpRequest) -> HttpResponse:
-    page = selectors_rl.rl_job_list_page(page=request.GET.get("page"))
+    page = selectors.rl_job_list_page(page=request.GET.get("page"))
     return render(request, "training/rl_job_list.html", {"page": page})
 
 
@@ -44,15 +45,15 @@ def _launch(request: HttpRequest, form: RLJobLaunchForm) -> RLJob | None:
     data = form.cleaned_data
     user = request.user if isinstance(request.user, AbstractBaseUser) else None
     try:
-        return services_rl.rl_job_create(
+        return rl_jobs.rl_job_create(
             benchmark=data["benchmark"],
             base_policy=data["base_policy"],
             base_model_dir=data["base_model_dir"],
-            job_settings=services_rl.job_settings_from(data),
+            job_settings=rl_jobs.job_settings_from(data),
             name=data["name"],
             created_by=user,
         )
-    except services_rl.RLJobError as exc:
+    except rl_jobs.RLJobError as exc:
         form.add_error(form.error_field(str(exc)), str(exc))
         return None
 
@@ -61,12 +62,12 @@ def _launch(request: HttpRequest, form: RLJobLaunchForm) -> RLJob | None:
 @require_GET
 def rl_job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = _job_or_404(pk)
-    steps = selectors_rl.rl_job_steps(job=job)
+    steps = selectors.rl_job_steps(job=job)
     context = {
         "job": job,
         "steps": steps,
-        "versions": selectors_rl.rl_job_versions(job=job),
-        "curves": selectors_rl.rl_job_curves(steps),
+        "versions": selectors.rl_job_versions(job=job),
+        "curves": selectors.rl_job_curves(steps),
     }
     return render(request, "training/rl_job_detail.html", context)
 
@@ -81,7 +82,7 @@ def rl_job_progress(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def rl_job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     job = _job_or_404(pk)
-    if services_rl.rl_job_cancel(job=job):
+    if rl_jobs.rl_job_cancel(job=job):
         messages.success(request, f"RL job {job.pk} cancelled; its running batch was stopped.")
     else:
         messages.info(request, f"RL job {job.pk} had already finished.")

@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from trajectories.models import AnnotationStatus, Episode, EpisodeKind, EpisodeStatus
-from trajectories.selectors_ui import RANGE_FIELDS, episode_list_queryset
+from trajectories.selectors.pages import RANGE_FIELDS, episode_list_queryset
 
 ID_FILTERS = ("batch", "benchmark", "policy", "query")
 TEXT_FILTERS = ("termination_reason", "ablation", "q")

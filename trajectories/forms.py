@@ -17,8 +17,8 @@ from trajectories.models import (
     EpisodeStatus,
     TerminationPolicy,
 )
-from trajectories.selectors_ui import RANGE_FIELDS, SORTS
-from trajectories.services import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
+from trajectories.selectors.pages import RANGE_FIELDS, SORTS
+from trajectories.services.rollouts import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
 
 # The reasons docs/rollouts.md lists, offered as suggestions; any recorded reason filters.
 KNOWN_REASONS = TERMINATION_REASONS

@@ -43,7 +43,7 @@ from harness_app.harness.llm.proxy_protocol import (
     upstream_request,
 )
 from trajectories.models import RecordingSession
-from trajectories.recording import (
+from trajectories.services.recording import (
     RecordedCall,
     SessionKeyError,
     recorded_call_save,

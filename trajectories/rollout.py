@@ -1,7 +1,7 @@
 """Run one episode for the worker: build the harness and policy, play, persist as it goes.
 
 The pure harness does the work (`iter_episode`); this module adapts it to the database
-through services.py, so a turn is a row as soon as it happens.
+through rollouts.py, so a turn is a row as soon as it happens.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from harness_app.harness.reward import RewardWeights
 from harness_app.harness.runner import iter_episode
 from harness_app.harness.types import QuerySpec
 from harness_app.models import PolicyConfig, PolicyKind, Query
-from trajectories import services
 from trajectories.models import Episode, RolloutBatch
+from trajectories.services import rollouts
 
 
 def query_spec(query: Query) -> QuerySpec:
@@ -77,17 +77,17 @@ def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, Any]], int]:
 
 def episode_run(*, episode_id: int) -> str:
     """Play the episode if it is ours to play; returns what happened, for the task log."""
-    claim = services.episode_claim(episode_id=episode_id)
+    claim = rollouts.episode_claim(episode_id=episode_id)
     if claim is None:
         return "skipped: finished or running elsewhere"
     try:
         return _play(claim)
     except OperationalError:
-        services.episode_release(claim=claim)  # the task retries it with backoff
+        rollouts.episode_release(claim=claim)  # the task retries it with backoff
         raise
 
 
-def _play(claim: services.Claim) -> str:
+def _play(claim: rollouts.Claim) -> str:
     from harness_app.indexes import corpus_retriever
 
     episode_id = claim.episode.pk
@@ -117,16 +117,16 @@ def _play(claim: services.Claim) -> str:
     for record in run:
         calls, sent = _drain(policy, sent)
         turn = record.to_json()
-        services.turn_record(claim=claim, turn=turn, calls=calls, previous_state=previous)
+        rollouts.turn_record(claim=claim, turn=turn, calls=calls, previous_state=previous)
         previous = turn["state"]
-        if services.episode_is_cancelled(claim=claim):
+        if rollouts.episode_is_cancelled(claim=claim):
             cancelled = True
             break
     calls, sent = _drain(policy, sent)
-    services.model_calls_record(claim=claim, calls=calls)  # e.g. the failed final call
+    rollouts.model_calls_record(claim=claim, calls=calls)  # e.g. the failed final call
     result = run.result()
     reason = "cancelled" if cancelled else result.termination_reason or "unknown"
-    outcome = services.EpisodeOutcome(
+    outcome = rollouts.EpisodeOutcome(
         termination_reason=reason,
         metrics=result.metrics.to_json(),
         reward=result.reward.total,
@@ -136,5 +136,5 @@ def _play(claim: services.Claim) -> str:
         state=env.state,
         error=result.error,
     )
-    finished = services.episode_finish(claim=claim, outcome=outcome)
+    finished = rollouts.episode_finish(claim=claim, outcome=outcome)
     return f"{reason} ({'recorded' if finished else 'superseded by another attempt'})"

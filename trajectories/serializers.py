@@ -8,7 +8,6 @@ from rest_framework import serializers
 
 from harness_app.harness.ablation import MECHANISMS
 from harness_app.models import Benchmark, PolicyConfig
-from trajectories.annotations import MAX_OVERLAP
 from trajectories.models import (
     Annotation,
     AnnotationBulkAction,
@@ -19,6 +18,7 @@ from trajectories.models import (
     TerminationPolicy,
     Turn,
 )
+from trajectories.services.annotations import MAX_OVERLAP
 
 # --- batches --------------------------------------------------------------------------------
 

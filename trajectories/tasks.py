@@ -10,15 +10,17 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_ready
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import OperationalError
 
-from trajectories import services
-from trajectories.models import Episode, EpisodeStatus
+from harness_app import queues
+from trajectories.rollout import episode_run
+from trajectories.services import rollouts as services
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(
+    name=queues.EPISODE_RUN,
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
@@ -30,37 +32,22 @@ log = logging.getLogger(__name__)
     time_limit=settings.EPISODE_SOFT_TIME_LIMIT_S + 60,
 )
 def episode_run_task(self: Any, episode_id: int) -> str:
-    from trajectories.rollout import episode_run
-
     try:
         return episode_run(episode_id=episode_id)
     except OperationalError:
         raise  # the database blinked: retried with backoff, the claim restarts the episode
     except SoftTimeLimitExceeded:
-        _fail(episode_id, "time_limit", "the episode ran past its soft time limit")
+        services.episode_fail(
+            episode_id=episode_id,
+            reason="time_limit",
+            message="the episode ran past its soft time limit",
+        )
         return "time_limit"
     except Exception as exc:
         log.exception("episode %s failed", episode_id)
-        _fail(episode_id, "error", "".join(traceback.format_exception_only(exc)).strip())
+        message = "".join(traceback.format_exception_only(exc)).strip()
+        services.episode_fail(episode_id=episode_id, reason="error", message=message)
         return "error"
-
-
-def _fail(episode_id: int, reason: str, message: str) -> None:
-    with transaction.atomic():
-        episode = Episode.objects.select_for_update().filter(pk=episode_id).first()
-        if episode is None or episode.status != EpisodeStatus.RUNNING:
-            return
-        claim = services.Claim(episode=episode, attempt=episode.attempts)
-        outcome = services.EpisodeOutcome(
-            termination_reason=reason,
-            metrics={},
-            reward=None,
-            reward_components={},
-            timings={},
-            policy_version="",
-            error=message,
-        )
-        services.episode_finish(claim=claim, outcome=outcome)
 
 
 @worker_ready.connect

@@ -1,8 +1,10 @@
 from django.urls import path
 
-from trajectories import proxy, views, views_annotation
+from trajectories import proxy
+from trajectories.views import annotation, batches, dashboard, episodes
 
 urlpatterns = [
+    path("", dashboard.dashboard, name="dashboard"),
     # the recording proxy (trajectories/proxy.py): the session key is the credential
     path(
         "proxy/<str:key>/v1/chat/completions",
@@ -10,36 +12,38 @@ urlpatterns = [
         name="proxy_chat_completions",
     ),
     path("proxy/<str:key>/v1/models", proxy.proxy_models, name="proxy_models"),
-    path("episodes/", views.episode_list, name="episode_list"),
-    path("episodes/saved/", views.saved_filter_create, name="saved_filter_create"),
-    path("episodes/saved/<int:pk>/delete/", views.saved_filter_delete, name="saved_filter_delete"),
-    path("episodes/<int:pk>/", views.episode_detail, name="episode_detail"),
-    path("episodes/<int:pk>/document/", views.episode_document, name="episode_document"),
-    path("episodes/<int:pk>/turns/<int:turn>/tokens/", views.episode_tokens, name="episode_tokens"),
-    path("groups/<int:pk>/", views.group_detail, name="group_detail"),
-    path("compare/", views.compare, name="compare"),
-    path("batches/new/", views.batch_launch, name="batch_launch"),
-    path("batches/progress/", views.batches_progress, name="batches_progress"),
-    path("batches/<int:pk>/", views.batch_detail, name="batch_detail"),
-    path("batches/<int:pk>/progress/", views.batch_progress, name="batch_progress"),
-    path("batches/<int:pk>/cancel/", views.batch_cancel, name="batch_cancel"),
-    # the annotator pages (trajectories/views_annotation.py)
-    path("annotate/", views_annotation.annotate_queue, name="annotate_queue"),
-    path("annotate/episodes/<int:pk>/", views_annotation.annotate_review, name="annotate_review"),
+    path("episodes/", episodes.episode_list, name="episode_list"),
+    path("episodes/saved/", episodes.saved_filter_create, name="saved_filter_create"),
     path(
-        "annotate/episodes/<int:pk>/label/", views_annotation.annotate_label, name="annotate_label"
+        "episodes/saved/<int:pk>/delete/", episodes.saved_filter_delete, name="saved_filter_delete"
     ),
-    path("annotate/bulk/", views_annotation.annotate_bulk, name="annotate_bulk"),
-    path("annotate/bulk/apply/", views_annotation.annotate_bulk_apply, name="annotate_bulk_apply"),
+    path("episodes/<int:pk>/", episodes.episode_detail, name="episode_detail"),
+    path("episodes/<int:pk>/document/", episodes.episode_document, name="episode_document"),
+    path(
+        "episodes/<int:pk>/turns/<int:turn>/tokens/", episodes.episode_tokens, name="episode_tokens"
+    ),
+    path("groups/<int:pk>/", episodes.group_detail, name="group_detail"),
+    path("compare/", episodes.compare, name="compare"),
+    path("batches/new/", batches.batch_launch, name="batch_launch"),
+    path("batches/progress/", dashboard.batches_progress, name="batches_progress"),
+    path("batches/<int:pk>/", batches.batch_detail, name="batch_detail"),
+    path("batches/<int:pk>/progress/", batches.batch_progress, name="batch_progress"),
+    path("batches/<int:pk>/cancel/", batches.batch_cancel, name="batch_cancel"),
+    # the annotator pages (trajectories/annotation.py)
+    path("annotate/", annotation.annotate_queue, name="annotate_queue"),
+    path("annotate/episodes/<int:pk>/", annotation.annotate_review, name="annotate_review"),
+    path("annotate/episodes/<int:pk>/label/", annotation.annotate_label, name="annotate_label"),
+    path("annotate/bulk/", annotation.annotate_bulk, name="annotate_bulk"),
+    path("annotate/bulk/apply/", annotation.annotate_bulk_apply, name="annotate_bulk_apply"),
     path(
         "annotate/bulk/<int:pk>/undo/",
-        views_annotation.annotate_bulk_undo,
+        annotation.annotate_bulk_undo,
         name="annotate_bulk_undo",
     ),
-    path("annotate/agreement/", views_annotation.annotate_agreement, name="annotate_agreement"),
+    path("annotate/agreement/", annotation.annotate_agreement, name="annotate_agreement"),
     path(
         "annotate/reward-hacking/",
-        views_annotation.annotate_reward_hacking,
+        annotation.annotate_reward_hacking,
         name="annotate_reward_hacking",
     ),
 ]

@@ -14,7 +14,7 @@ from harness_app.roles import Role
 from harness_app.services import benchmark_import, user_ensure
 from trajectories.models import Episode, EpisodeStatus, RolloutBatch, RolloutGroup
 from trajectories.rollout import episode_run
-from trajectories.services import batch_create
+from trajectories.services.rollouts import batch_create
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "harness_app" / "demo_data"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.api import factories
-from trajectories.annotations import annotation_label
 from trajectories.models import Episode, ModelCall, Turn, pack_floats, pack_ints
-from trajectories.selectors import turn_states
+from trajectories.selectors.rollouts import turn_states
+from trajectories.services.annotations import annotation_label
 
 pytestmark = pytest.mark.django_db
 

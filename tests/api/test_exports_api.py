@@ -9,8 +9,8 @@ import pytest
 
 from tests.api import factories
 from training.models import SFTExport
-from training.services import sft_export_create, sft_export_run
-from trajectories.annotations import annotation_bulk_apply
+from training.services.sft_exports import sft_export_create, sft_export_run
+from trajectories.services.annotations import annotation_bulk_apply
 
 pytestmark = pytest.mark.django_db
 

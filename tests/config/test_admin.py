@@ -11,7 +11,6 @@ from django.contrib.auth import get_user_model
 
 from harness_app.roles import Role
 from tests.api import factories
-from trajectories.annotations import annotation_label
 from trajectories.models import (
     AnnotationLabel,
     Episode,
@@ -22,7 +21,8 @@ from trajectories.models import (
     pack_floats,
     pack_ints,
 )
-from trajectories.services import batch_create
+from trajectories.services.annotations import annotation_label
+from trajectories.services.rollouts import batch_create
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.api import factories
-from training.services import sft_export_create, sft_export_run
-from trajectories.annotations import annotation_bulk_apply
+from training.services.sft_exports import sft_export_create, sft_export_run
+from trajectories.services.annotations import annotation_bulk_apply
 
 datasets = pytest.importorskip("datasets", reason="needs Hugging Face datasets")
 trl = pytest.importorskip("trl", reason="needs TRL (pip install trl), which brings torch")

@@ -14,9 +14,9 @@ from harness_app.models import PolicyConfig, PolicyKind
 from tests.api import factories
 from training import sft
 from training.models import ExportStatus, SFTExport, SFTExportEpisode
-from training.services import ExportError, sft_export_create, sft_export_run
-from trajectories.annotations import annotation_bulk_apply, annotation_label
+from training.services.sft_exports import ExportError, sft_export_create, sft_export_run
 from trajectories.models import Episode, ModelCall, Turn, pack_floats, pack_ints
+from trajectories.services.annotations import annotation_bulk_apply, annotation_label
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
 from training.models import RLJob
-from training.services_rl import RLJobSettings, rl_job_create
+from training.services.rl_jobs import RLJobSettings, rl_job_create
 from trajectories.models import (
     BatchStatus,
     EpisodeStatus,

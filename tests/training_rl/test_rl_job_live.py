@@ -21,7 +21,7 @@ from harness_app.services import benchmark_import
 from tests.vllm import VLLM_URL, base_model, needs_vllm, served_models
 from tests.workers import start_worker, wait_until
 from training.models import RLJob, RLJobStatus, RLStepStatus
-from training.services_rl import RLJobSettings, rl_job_create
+from training.services.rl_jobs import RLJobSettings, rl_job_create
 from trajectories.models import Episode, ModelCall
 
 pytestmark = [

@@ -13,7 +13,7 @@ from harness_app.roles import Role
 from tests.api import factories
 from tests.training_rl.rl_fixtures import job_create, rollouts_finish
 from training.models import RLJob, RLJobStatus, RLStep
-from training.services_rl import rl_job_advance
+from training.services.rl_jobs import rl_job_advance
 
 # researcher_client, annotator_client; lora_server, weights_dir
 pytest_plugins = ["tests.trajectories.ui_fixtures", "tests.training_rl.rl_fixtures"]

@@ -16,14 +16,14 @@ from django.test import override_settings
 from harness_app.models import PolicyConfig, PolicyKind
 from tests.api import factories
 from tests.training_rl.rl_fixtures import job_create, rollouts_finish, step_batch
-from training import services_rl
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLStepStatus
-from training.services_rl import RLJobError, rl_job_advance
+from training.services import rl_jobs as services_rl
+from training.services.rl_jobs import RLJobError, rl_job_advance
 from trajectories.models import (
     BatchStatus,
     EpisodeStatus,
 )
-from trajectories.services import batch_cancel
+from trajectories.services.rollouts import batch_cancel
 
 # lora_server, weights_dir, llm_policy
 pytest_plugins = ["tests.training_rl.rl_fixtures"]

@@ -17,7 +17,7 @@ from trajectories.models import (
     pack_floats,
     pack_ints,
 )
-from trajectories.services import batch_create
+from trajectories.services.rollouts import batch_create
 
 pytestmark = pytest.mark.django_db
 

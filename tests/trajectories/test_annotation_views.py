@@ -11,18 +11,18 @@ from django.test import Client
 from harness_app.roles import Role
 from harness_app.services import user_ensure
 from training.models import SFTExport, SFTExportEpisode
-from trajectories.annotations import (
-    annotation_bulk_preview,
-    annotation_label,
-    cohens_kappa,
-    fleiss_kappa,
-)
 from trajectories.models import (
     Annotation,
     AnnotationBulkAction,
     AnnotationLock,
     AnnotationStatus,
     Episode,
+)
+from trajectories.services.annotations import (
+    annotation_bulk_preview,
+    annotation_label,
+    cohens_kappa,
+    fleiss_kappa,
 )
 
 # researcher_client, annotator_client, ran_batch, hostile_episode, payloads

@@ -11,7 +11,14 @@ from django.utils import timezone
 
 from harness_app.roles import Role
 from tests.api import factories
-from trajectories.annotations import (
+from trajectories.models import (
+    Annotation,
+    AnnotationEvent,
+    AnnotationLock,
+    Episode,
+    EpisodeStatus,
+)
+from trajectories.services.annotations import (
     AnnotationError,
     annotation_bulk_apply,
     annotation_bulk_preview,
@@ -24,14 +31,7 @@ from trajectories.annotations import (
     reward_hacking_candidates,
     status_from_labels,
 )
-from trajectories.models import (
-    Annotation,
-    AnnotationEvent,
-    AnnotationLock,
-    Episode,
-    EpisodeStatus,
-)
-from trajectories.services import batch_create
+from trajectories.services.rollouts import batch_create
 
 # --- agreement, computed by hand ---------------------------------------------------------
 

@@ -11,7 +11,7 @@ from trajectories.episode_filters import (
 )
 from trajectories.models import Episode
 from trajectories.rollout import episode_run
-from trajectories.services import batch_create
+from trajectories.services.rollouts import batch_create
 
 pytestmark = pytest.mark.django_db
 

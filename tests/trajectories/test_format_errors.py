@@ -14,8 +14,8 @@ from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from tests.trajectories.fake_vllm import FakeVllm
 from trajectories.models import Episode, EpisodeStatus, ModelCall, Turn
 from trajectories.rollout import episode_run
-from trajectories.selectors_episode import episode_view
-from trajectories.services import batch_create
+from trajectories.selectors.episode import episode_view
+from trajectories.services.rollouts import batch_create
 
 pytestmark = pytest.mark.django_db
 

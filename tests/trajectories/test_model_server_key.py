@@ -7,7 +7,7 @@ import pytest
 from harness_app.models import PolicyConfig, PolicyKind
 from tests.trajectories.fake_vllm import FakeVllm
 from trajectories.rollout import episode_run
-from trajectories.services import batch_create
+from trajectories.services.rollouts import batch_create
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from tests.trajectories.fake_vllm import FakeVllm
 from trajectories.models import RolloutBatch
 from trajectories.prefixes import PrefixFileError, prefixes_read
 from trajectories.rollout import episode_run
-from trajectories.services import BatchParameterError, batch_create
+from trajectories.services.rollouts import BatchParameterError, batch_create
 
 pytestmark = pytest.mark.django_db
 

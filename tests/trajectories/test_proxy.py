@@ -11,12 +11,12 @@ from django.utils import timezone
 
 from tests.trajectories.fake_upstream import FakeUpstream, render, sampled
 from trajectories.models import EpisodeKind, EpisodeStatus, ModelCall, RecordingSession
-from trajectories.recording import (
+from trajectories.selectors.recording import recording_trajectory
+from trajectories.services.recording import (
     recording_session_close,
     recording_session_create,
     recording_session_revoke,
 )
-from trajectories.selectors_recording import recording_trajectory
 
 pytestmark = pytest.mark.django_db
 

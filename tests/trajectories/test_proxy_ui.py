@@ -13,10 +13,10 @@ from tests.api import factories
 from tests.trajectories.fake_upstream import FakeUpstream, sampled
 from training.models import ExportStatus
 from training.rl.samples import rl_samples_for_recordings
-from training.services import sft_export_create, sft_export_run
-from trajectories.annotations import annotation_bulk_apply
+from training.services.sft_exports import sft_export_create, sft_export_run
 from trajectories.models import Episode, ModelCall, RecordingSession
-from trajectories.recording import recording_session_close, recording_session_create
+from trajectories.services.annotations import annotation_bulk_apply
+from trajectories.services.recording import recording_session_close, recording_session_create
 
 # researcher_client, annotator_client, ran_batch, episode, batch_of, payloads
 pytest_plugins = ["tests.trajectories.ui_fixtures"]

@@ -16,8 +16,8 @@ import pytest
 
 from tests.vllm import VLLM_URL, needs_vllm
 from trajectories.models import ModelCall
-from trajectories.recording import recording_session_close, recording_session_create
-from trajectories.selectors_recording import recording_trajectory
+from trajectories.selectors.recording import recording_trajectory
+from trajectories.services.recording import recording_session_close, recording_session_create
 
 AGENT = Path(__file__).with_name("proxy_agent.py")
 TURNS = 3

@@ -9,7 +9,11 @@ import pytest
 from django.db import connection
 
 from trajectories.models import Episode, ModelCall, RecordingSession
-from trajectories.recording import RecordedCall, recorded_call_save, recording_session_create
+from trajectories.services.recording import (
+    RecordedCall,
+    recorded_call_save,
+    recording_session_create,
+)
 
 CALL = RecordedCall(
     request={"model": "m", "messages": [{"role": "system", "content": "agent"}]},

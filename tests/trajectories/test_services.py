@@ -17,8 +17,13 @@ from trajectories.models import (
     Turn,
 )
 from trajectories.rollout import episode_run
-from trajectories.selectors import turn_state, turn_states
-from trajectories.services import BatchParameterError, batch_cancel, batch_create, episode_claim
+from trajectories.selectors.rollouts import turn_state, turn_states
+from trajectories.services.rollouts import (
+    BatchParameterError,
+    batch_cancel,
+    batch_create,
+    episode_claim,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -153,7 +158,7 @@ def test_a_database_error_mid_episode_gives_the_episode_back_for_the_retry(
 ):
     from django.db import OperationalError
 
-    from trajectories import services
+    from trajectories.services import rollouts as services
 
     with django_capture_on_commit_callbacks():
         batch = batch_create(benchmark=demo_benchmark, policy=baseline_policy, query_limit=1)

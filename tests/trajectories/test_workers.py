@@ -10,7 +10,7 @@ from harness_app.models import PolicyConfig, PolicyKind
 from tests.trajectories.fake_vllm import FakeVllm
 from tests.workers import start_worker, wait_until
 from trajectories.models import BatchStatus, Episode, EpisodeStatus, RolloutBatch, Turn
-from trajectories.services import batch_create
+from trajectories.services.rollouts import batch_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

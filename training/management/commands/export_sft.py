@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from training.models import ExportFormat, ExportStatus
-from training.services import ExportError, sft_export_create, sft_export_run
+from training.services.sft_exports import ExportError, sft_export_create, sft_export_run
 
 
 def parse_filters(items: list[str]) -> dict[str, str]:

@@ -22,17 +22,6 @@ from rest_framework.response import Response
 
 from harness_app.api import CanBrowse, IsResearcher, ResearcherWrites, request_user
 from harness_app.roles import Role, user_has_role
-from trajectories import selectors, services
-from trajectories.annotations import (
-    AnnotationError,
-    annotation_agreement,
-    annotation_bulk_apply,
-    annotation_bulk_preview,
-    annotation_bulk_undo,
-    annotation_label,
-    annotation_next,
-    reward_hacking_candidates,
-)
 from trajectories.episode_filters import (
     FILTER_KEYS,
     ID_FILTERS,
@@ -49,6 +38,7 @@ from trajectories.models import (
     RolloutBatch,
     Turn,
 )
+from trajectories.selectors import rollouts as selectors
 from trajectories.serializers import (
     AgreementSerializer,
     AnnotationCreateSerializer,
@@ -67,6 +57,17 @@ from trajectories.serializers import (
     EpisodeDetailSerializer,
     EpisodeSerializer,
     RewardHackingSerializer,
+)
+from trajectories.services import rollouts as services
+from trajectories.services.annotations import (
+    AnnotationError,
+    annotation_agreement,
+    annotation_bulk_apply,
+    annotation_bulk_preview,
+    annotation_bulk_undo,
+    annotation_label,
+    annotation_next,
+    reward_hacking_candidates,
 )
 
 NOT_FILTERS = {"cursor", "format", "page", "page_size"}

@@ -13,7 +13,6 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
-from trajectories.annotations import annotation_agreement
 from trajectories.episode_filters import FILTER_KEYS, EpisodeFilterError, episode_filters_clean
 from trajectories.models import (
     Annotation,
@@ -22,7 +21,8 @@ from trajectories.models import (
     CuratedItem,
     Episode,
 )
-from trajectories.selectors_ui import RANGE_FIELDS, query_grades
+from trajectories.selectors.pages import RANGE_FIELDS, query_grades
+from trajectories.services.annotations import annotation_agreement
 
 RECENT_BULK_ACTIONS = 20
 

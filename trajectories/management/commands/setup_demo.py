@@ -1,4 +1,5 @@
-"""Create the demo logins and the demo benchmark with its index, for `make run`."""
+"""Create the demo logins, the demo benchmark with its index, and two demo batches, for
+`make run`. It lives in trajectories, the app that owns rollouts, as it queues batches."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+import harness_app
 from harness_app import indexes
 from harness_app.models import Benchmark, BenchmarkSource, Corpus, PolicyConfig, PolicyKind
 from harness_app.roles import Role
 from harness_app.services import benchmark_import, user_ensure
+from trajectories.models import RolloutBatch
+from trajectories.services.rollouts import batch_create
 
 DEMO_USERS = (
     # username, password, role, staff
     ("researcher", "harness-demo", Role.RESEARCHER, True),
     ("annotator", "harness-demo", Role.ANNOTATOR, False),
 )
-DEMO_DATA = Path(__file__).resolve().parents[2] / "demo_data"
+DEMO_DATA = Path(harness_app.__file__).resolve().parent / "demo_data"
 DEMO_NAME = "demo"
 
 
@@ -53,9 +57,6 @@ class Command(BaseCommand):
     def _demo_rollouts(self) -> None:
         """Queue two baseline batches once (full, and without the evidence graph) so the
         dashboard, viewer and compare pages have episodes; the worker runs them in seconds."""
-        from trajectories.models import RolloutBatch
-        from trajectories.services import batch_create
-
         benchmark = Benchmark.objects.get(name=DEMO_NAME)
         if RolloutBatch.objects.filter(benchmark=benchmark).exists():
             self.stdout.write("  demo rollouts exist")

@@ -1,7 +1,7 @@
 """The annotator pages: the queue, review of one's own labels, bulk actions (researchers),
 agreement, and reward-vs-judgement.
 
-Thin adapters over trajectories/annotations.py (every write) and selectors_annotation.py.
+Thin adapters over trajectories/annotations.py (every write) and annotation.py.
 An annotator only ever sees their own label: the queue never shows the others'.
 """
 
@@ -18,8 +18,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from harness_app.roles import browse_required, researcher_required
-from trajectories import annotations as annotation_services
-from trajectories import selectors_annotation
 from trajectories.models import (
     AnnotationBulkAction,
     AnnotationLabel,
@@ -27,6 +25,8 @@ from trajectories.models import (
     AnnotationStatus,
     Episode,
 )
+from trajectories.selectors import annotation
+from trajectories.services import annotations as annotation_services
 
 LABEL_CHOICES = AnnotationLabel.choices
 REASON_CHOICES = AnnotationReason.choices
@@ -37,18 +37,18 @@ def _queue_url(raw: dict[str, str]) -> str:
     return reverse("annotate_queue") + (f"?{query}" if query else "")
 
 
-def _filter_context(filters: selectors_annotation.QueueFilters, section: str) -> dict[str, object]:
+def _filter_context(filters: annotation.QueueFilters, section: str) -> dict[str, object]:
     return {
         "section": section,
         "filters": filters,
-        "filter_fields": selectors_annotation.filter_fields(filters.raw),
+        "filter_fields": annotation.filter_fields(filters.raw),
         "annotation_statuses": AnnotationStatus.choices,
         "filter_query": urlencode(sorted(filters.raw.items())),
     }
 
 
-def _item(request: HttpRequest, episode_id: int) -> selectors_annotation.QueueItem:
-    item = selectors_annotation.queue_item(episode_id=episode_id, annotator=request.user)
+def _item(request: HttpRequest, episode_id: int) -> annotation.QueueItem:
+    item = annotation.queue_item(episode_id=episode_id, annotator=request.user)
     if item is None:
         raise Http404("no such episode")
     return item
@@ -58,7 +58,7 @@ def _item(request: HttpRequest, episode_id: int) -> selectors_annotation.QueueIt
 @require_GET
 def annotate_queue(request: HttpRequest) -> HttpResponse:
     """The next episode under the filter, locked to this annotator (or the empty state)."""
-    filters = selectors_annotation.filters_from(request.GET)
+    filters = annotation.filters_from(request.GET)
     context = _filter_context(filters, "queue")
     assignment = None
     if not filters.error:
@@ -69,7 +69,7 @@ def annotate_queue(request: HttpRequest) -> HttpResponse:
         context["item"] = _item(request, assignment.episode.pk)
         context["expires_at"] = assignment.expires_at
     context["reasons"] = REASON_CHOICES
-    previous = selectors_annotation.last_labelled(annotator=request.user)
+    previous = annotation.last_labelled(annotator=request.user)
     context["prev_url"] = reverse("annotate_review", args=[previous.episode_id]) if previous else ""
     context["next_url"] = ""
     return render(request, "trajectories/annotate_queue.html", context)
@@ -79,15 +79,15 @@ def annotate_queue(request: HttpRequest) -> HttpResponse:
 @require_GET
 def annotate_review(request: HttpRequest, pk: int) -> HttpResponse:
     """An episode this annotator labelled, with their own label, to change it (`k`, `j`)."""
-    filters = selectors_annotation.filters_from(request.GET)
+    filters = annotation.filters_from(request.GET)
     context = _filter_context(filters, "queue")
     item = _item(request, pk)
     mine = item.mine
     if mine is None:
         raise Http404("you have not labelled this episode")
     context.update({"item": item, "reasons": REASON_CHOICES})
-    before = selectors_annotation.last_labelled(annotator=request.user, before=mine)
-    after = selectors_annotation.next_labelled(annotator=request.user, after=mine)
+    before = annotation.last_labelled(annotator=request.user, before=mine)
+    after = annotation.next_labelled(annotator=request.user, after=mine)
     context["prev_url"] = reverse("annotate_review", args=[before.episode_id]) if before else ""
     context["next_url"] = (
         reverse("annotate_review", args=[after.episode_id]) if after else _queue_url(filters.raw)
@@ -100,13 +100,11 @@ def annotate_review(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def annotate_label(request: HttpRequest, pk: int) -> HttpResponse:
     """Record this annotator's label, then go on to the next item under the same filter."""
-    filters = selectors_annotation.filters_from(request.POST)
+    filters = annotation.filters_from(request.POST)
     episode = Episode.objects.filter(pk=pk).first()
     if episode is None:
         raise Http404("no such episode")
-    if selectors_annotation.held_by_another(
-        episode_id=pk, annotator=request.user, now=timezone.now()
-    ):
+    if annotation.held_by_another(episode_id=pk, annotator=request.user, now=timezone.now()):
         messages.error(request, f"Episode {pk} is being labelled by someone else.")
         return redirect(_queue_url(filters.raw))
     try:
@@ -131,7 +129,7 @@ def annotate_label(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def annotate_bulk(request: HttpRequest) -> HttpResponse:
     """The bulk form; with `preview`, how many episodes the action would label."""
-    filters = selectors_annotation.filters_from(request.GET)
+    filters = annotation.filters_from(request.GET)
     label = request.GET.get("label", "")
     context = _filter_context(filters, "bulk")
     context.update(
@@ -140,7 +138,7 @@ def annotate_bulk(request: HttpRequest) -> HttpResponse:
             "reasons": REASON_CHOICES,
             "label": label,
             "reason": request.GET.get("reason", ""),
-            "actions": selectors_annotation.bulk_actions_recent(),
+            "actions": annotation.bulk_actions_recent(),
         }
     )
     if "preview" in request.GET and not filters.error:
@@ -158,7 +156,7 @@ def annotate_bulk(request: HttpRequest) -> HttpResponse:
 @researcher_required
 @require_POST
 def annotate_bulk_apply(request: HttpRequest) -> HttpResponse:
-    filters = selectors_annotation.filters_from(request.POST)
+    filters = annotation.filters_from(request.POST)
     if filters.error or not filters.cleaned:
         messages.error(request, filters.error or "A bulk action needs at least one filter.")
         return redirect("annotate_bulk")
@@ -199,9 +197,9 @@ def annotate_bulk_undo(request: HttpRequest, pk: int) -> HttpResponse:
 @browse_required
 @require_GET
 def annotate_agreement(request: HttpRequest) -> HttpResponse:
-    filters = selectors_annotation.filters_from(request.GET)
+    filters = annotation.filters_from(request.GET)
     context = _filter_context(filters, "agreement")
-    context["agreement"] = selectors_annotation.agreement_view(filters=filters.cleaned)
+    context["agreement"] = annotation.agreement_view(filters=filters.cleaned)
     return render(request, "trajectories/annotate_agreement.html", context)
 
 

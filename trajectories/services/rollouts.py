@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from harness_app import queues
 from harness_app.harness import jsondelta
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.reward import RewardWeights
@@ -63,7 +64,7 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
 def rollout_queue(policy: PolicyConfig) -> str:
     """Baseline episodes are CPU-bound; LLM episodes wait on vLLM, so they get their own
     queue served by a thread-pool worker with high concurrency."""
-    return "rollouts" if policy.kind == PolicyKind.BASELINE else "rollouts_llm"
+    return queues.ROLLOUTS if policy.kind == PolicyKind.BASELINE else queues.ROLLOUTS_LLM
 
 
 @transaction.atomic
@@ -165,8 +166,6 @@ def _only_queries(
 
 def batch_enqueue(*, batch_id: int) -> int:
     """Send one task per pending episode of the batch; returns how many were sent."""
-    from trajectories.tasks import episode_run_task
-
     batch = RolloutBatch.objects.select_related("policy").get(pk=batch_id)
     queue = rollout_queue(batch.policy)
     ids = list(
@@ -175,7 +174,7 @@ def batch_enqueue(*, batch_id: int) -> int:
         )
     )
     for episode_id in ids:
-        episode_run_task.apply_async(args=(episode_id,), queue=queue)
+        queues.enqueue(queues.EPISODE_RUN, episode_id, queue=queue)
     return len(ids)
 
 
@@ -365,6 +364,25 @@ def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
     assert episode.batch_id is not None  # a claimed episode is a rollout
     _batch_progress(batch_id=episode.batch_id, ok=status == EpisodeStatus.COMPLETED)
     return True
+
+
+def episode_fail(*, episode_id: int, reason: str, message: str) -> None:
+    """End a running episode whose worker gave up on it (an error, the time limit) as
+    failed, with the message; an episode that is no longer running is left alone."""
+    with transaction.atomic():
+        episode = Episode.objects.select_for_update().filter(pk=episode_id).first()
+        if episode is None or episode.status != EpisodeStatus.RUNNING:
+            return
+        outcome = EpisodeOutcome(
+            termination_reason=reason,
+            metrics={},
+            reward=None,
+            reward_components={},
+            timings={},
+            policy_version="",
+            error=message,
+        )
+        episode_finish(claim=Claim(episode=episode, attempt=episode.attempts), outcome=outcome)
 
 
 def _batch_progress(*, batch_id: int, ok: bool) -> None:

@@ -16,30 +16,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from harness_app.models import Document
-from harness_app.roles import browse_required, researcher_required
-from trajectories import (
-    selectors_episode,
-    selectors_recording,
-    selectors_tokens,
-    selectors_ui,
-    services,
-    services_ui,
-)
-from trajectories.forms import BatchLaunchForm, EpisodeFilterForm, SavedFilterForm
-from trajectories.models import Episode, RolloutBatch
-from trajectories.services import BatchParameterError
-
-# --- the dashboard (the page is harness_app.views.dashboard) -------------------------------
-
-
-@browse_required
-@require_GET
-def batches_progress(request: HttpRequest) -> HttpResponse:
-    """The dashboard's batch table; htmx polls it while a batch is queued or running."""
-    batches = selectors_ui.batches_recent()
-    context = {"batches": batches, "any_active": selectors_ui.batches_any_active(batches)}
-    return render(request, "trajectories/batch_table.html", context)
-
+from harness_app.roles import browse_required
+from trajectories.forms import EpisodeFilterForm, SavedFilterForm
+from trajectories.models import Episode
+from trajectories.selectors import episode as selectors_episode
+from trajectories.selectors import pages as selectors_ui
+from trajectories.selectors import recording, tokens
+from trajectories.services import saved_filters
 
 # --- episodes -------------------------------------------------------------------------------
 
@@ -69,7 +52,7 @@ def saved_filter_create(request: HttpRequest) -> HttpResponse:
     # Re-read through the filter form, so only parameters the list understands are kept.
     raw = QueryDict(form.cleaned_data["query_string"])
     query_string = EpisodeFilterForm(raw).query_string()
-    saved = services_ui.saved_filter_save(
+    saved = saved_filters.saved_filter_save(
         user=request.user, name=form.cleaned_data["name"], query_string=query_string
     )
     messages.success(request, f"Saved the filter {saved.name!r}.")
@@ -80,7 +63,7 @@ def saved_filter_create(request: HttpRequest) -> HttpResponse:
 @require_POST
 def saved_filter_delete(request: HttpRequest, pk: int) -> HttpResponse:
     if isinstance(request.user, AbstractBaseUser):
-        services_ui.saved_filter_delete(user=request.user, pk=pk)
+        saved_filters.saved_filter_delete(user=request.user, pk=pk)
     return redirect("episode_list")
 
 
@@ -98,7 +81,7 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # Provenance: the SFT exports holding this episode (one query).
     sft_exports = list(episode.sft_exports.select_related("export").order_by("-export_id"))
     if episode.is_recorded:
-        recorded = selectors_recording.recording_view(episode=episode, now=timezone.now())
+        recorded = recording.recording_view(episode=episode, now=timezone.now())
         context = {"view": recorded, "episode": episode, "sft_exports": sft_exports}
         return render(request, "trajectories/recording_detail.html", context)
     view = selectors_episode.episode_view(episode=episode)
@@ -111,7 +94,7 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def episode_tokens(request: HttpRequest, pk: int, turn: int) -> HttpResponse:
     """One turn's token strips; the viewer loads it when the turn is first shown."""
     episode = _episode_or_404(pk)
-    strips = selectors_tokens.token_strips(episode=episode, turn_index=turn)
+    strips = tokens.token_strips(episode=episode, turn_index=turn)
     context = {"episode": episode, "turn": turn, "strips": strips}
     return render(request, _fragment_or_page(request, "token_strips"), context)
 
@@ -175,74 +158,3 @@ def compare(request: HttpRequest) -> HttpResponse:
     except selectors_episode.CompareError as exc:
         return render(request, "trajectories/compare.html", {"error": str(exc)}, status=400)
     return render(request, "trajectories/compare.html", {"view": view})
-
-
-# --- batches --------------------------------------------------------------------------------
-
-
-def _batch_or_404(pk: int) -> RolloutBatch:
-    batch = selectors_ui.batch_get(pk=pk)
-    if batch is None:
-        raise Http404("no such batch")
-    return batch
-
-
-@researcher_required
-def batch_launch(request: HttpRequest) -> HttpResponse:
-    form = BatchLaunchForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        batch = _launch(request, form)
-        if batch is not None:
-            messages.success(request, f"Batch {batch.pk} queued: {batch.episodes_total} episodes.")
-            return redirect("batch_detail", pk=batch.pk)
-    return render(request, "trajectories/batch_launch.html", {"form": form})
-
-
-def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
-    data = form.cleaned_data
-    user = request.user if isinstance(request.user, AbstractBaseUser) else None
-    try:
-        return services.batch_create(
-            benchmark=data["benchmark"],
-            policy=data["policy"],
-            created_by=user,
-            samples_per_query=data["samples_per_query"],
-            max_turns=data["max_turns"],
-            termination_policy=data["termination_policy"],
-            ablate=data["ablate"],
-            query_limit=data["query_limit"],
-        )
-    except BatchParameterError as exc:
-        form.add_error(form.error_field(str(exc)), str(exc))
-        return None
-
-
-@browse_required
-@require_GET
-def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    batch = _batch_or_404(pk)
-    context = {
-        "batch": batch,
-        "metrics": selectors_ui.batch_metrics(batch=batch),
-        "groups": selectors_ui.batch_groups_page(batch=batch, page=request.GET.get("page")),
-    }
-    return render(request, "trajectories/batch_detail.html", context)
-
-
-@browse_required
-@require_GET
-def batch_progress(request: HttpRequest, pk: int) -> HttpResponse:
-    """The batch's progress line; htmx polls it while the batch is active."""
-    batch = _batch_or_404(pk)
-    return render(request, "trajectories/batch_progress.html", {"batch": batch})
-
-
-@researcher_required
-@require_POST
-def batch_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    batch = _batch_or_404(pk)
-    cancelled = services.batch_cancel(batch=batch)
-    messages.success(
-        request, f"Batch {batch.pk} cancelled; {cancelled} pending episodes will not run."
-    )
-    return redirect("batch_detail", pk=batch.pk)

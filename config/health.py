@@ -1,11 +1,21 @@
-"""Reachability checks for /healthz: the database and the Celery broker."""
+"""/healthz: reachability of the database and the Celery broker.
+
+It lives beside the Celery app in config/, the top floor, because it reads that app's
+connection; the apps below never import config (docs/architecture.md, "Floors").
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
 from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from config.celery import app
 
 
 @dataclass(frozen=True)
@@ -25,8 +35,6 @@ def database_check() -> Check:
 
 
 def broker_check() -> Check:
-    from config.celery import app
-
     timeout = settings.HEALTH_CHECK_TIMEOUT_S
     try:
         with app.connection_for_write() as conn:
@@ -35,3 +43,16 @@ def broker_check() -> Check:
     except Exception as exc:
         return Check(False, f"{type(exc).__name__}: {exc}".strip())
     return Check(True, str(transport))
+
+
+@login_not_required
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    checks = {"database": database_check(), "broker": broker_check()}
+    healthy = all(c.ok for c in checks.values())
+    body = {
+        "status": "ok" if healthy else "unavailable",
+        "checks": {name: {"ok": c.ok, "detail": c.detail} for name, c in checks.items()},
+    }
+    return JsonResponse(body, status=200 if healthy else 503)

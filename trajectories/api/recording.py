@@ -22,8 +22,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_app.api import ResearcherWrites, request_user
-from trajectories import recording, selectors_recording
 from trajectories.models import RecordingSession
+from trajectories.selectors import recording as selectors_recording
+from trajectories.services import recording
 
 
 class RecordingCreateSerializer(serializers.Serializer[Any]):

@@ -33,6 +33,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from harness_app import queues
 from harness_app.harness.reward import RewardWeights
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind, ToolCallFormat
 from training.models import (
@@ -48,13 +49,12 @@ from training.rl import publish
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
-from trajectories import services as rollouts
 from trajectories.models import BatchStatus, Episode, EpisodeStatus, TerminationPolicy
 from trajectories.rollout import model_server_api_key
+from trajectories.services import rollouts
 
 log = logging.getLogger(__name__)
 
-RL_QUEUE = "training"
 MAX_GROUP_SIZE = 64
 MAX_STEPS = 10_000
 MAX_LORA_RANK = 64
@@ -169,10 +169,8 @@ def rl_job_create(
 
 
 def rl_job_enqueue(*, job_id: int, countdown: float = 0.0) -> None:
-    from training.tasks import rl_job_advance_task
-
     try:
-        rl_job_advance_task.apply_async(args=(job_id,), queue=RL_QUEUE, countdown=countdown)
+        queues.enqueue(queues.RL_JOB_ADVANCE, job_id, countdown=countdown)
     except KombuOperationalError as exc:
         # Never run training inline when the broker is down: fail the job loudly instead.
         _job_fail(job_id, f"the task broker is unreachable: {exc}")
@@ -240,6 +238,16 @@ def rl_job_advance(*, job_id: int) -> float | None:
         log.exception("RL job %s: step failed", job.pk)
         _job_fail(job.pk, f"{type(exc).__name__}: {exc}", step=step)
         return None
+
+
+def rl_job_tick(*, job_id: int) -> str:
+    """The job task's work: one piece of the job, then the next piece scheduled, so one
+    chain of tasks drives the job and no worker sits waiting while the rollouts run."""
+    wait = rl_job_advance(job_id=job_id)
+    if wait is None:
+        return "finished"
+    rl_job_enqueue(job_id=job_id, countdown=wait)
+    return f"next in {wait:.1f}s"
 
 
 def step_query_ids(job: RLJob, index: int) -> list[int]:

@@ -21,7 +21,7 @@ from harness_app.harness.llm.reconstruct import (
     reconstruct_per_request,
 )
 from trajectories.models import Episode, ModelCall, RecordingSession
-from trajectories.selectors_episode import BLOB_FIELDS, CallSummary, _call_summary
+from trajectories.selectors.episode import BLOB_FIELDS, CallSummary, _call_summary
 
 MODES = ("prefix", "request")
 

@@ -31,9 +31,9 @@ from harness_app.harness.state import IMPORTANCE_RANK
 from harness_app.harness.text import analyze
 from harness_app.models import Document, Qrel
 from trajectories.models import Episode, ModelCall, Turn
-from trajectories.selectors import turn_state
-from trajectories.selectors_graph import graph_data
-from trajectories.selectors_tokens import call_content
+from trajectories.selectors.graph import graph_data
+from trajectories.selectors.rollouts import turn_state
+from trajectories.selectors.tokens import call_content
 
 BLOB_FIELDS = ("prompt_token_ids_blob", "completion_token_ids_blob", "completion_logprobs_blob")
 COMPARE_CANDIDATES = 50

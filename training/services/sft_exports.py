@@ -25,6 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from harness_app import queues
 from training import sft
 from training.models import ExportFormat, ExportStatus, SFTExport, SFTExportEpisode
 from trajectories.episode_filters import (
@@ -36,7 +37,6 @@ from trajectories.models import AnnotationStatus, Episode
 
 log = logging.getLogger(__name__)
 
-EXPORT_QUEUE = "celery"
 CHUNK = 200  # episodes rendered per round of queries
 
 
@@ -78,10 +78,8 @@ def sft_export_create(
 
 
 def _enqueue(export_id: int) -> None:
-    from training.tasks import sft_export_task
-
     try:
-        sft_export_task.apply_async((export_id,), queue=EXPORT_QUEUE)
+        queues.enqueue(queues.SFT_EXPORT, export_id)
     except KombuOperationalError as exc:
         # Never run inline in the web process: say so on the row instead.
         log.warning("could not queue SFT export %s: %s", export_id, exc)

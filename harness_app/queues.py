@@ -1,0 +1,98 @@
+"""Every Celery queue and task, declared once.
+
+Settings build the task routes from here, the workers' queue lists are printed from here
+(`python -m harness_app.queues --pool prefork`, used by scripts/dev-server and the Docker
+entrypoint), and tests/config/test_queues.py checks that docker/compose.yaml and
+docs/architecture.md name the same queues.
+
+Services enqueue by task name through `enqueue`, so a services module never imports its
+tasks module; a tasks module imports its services (a task takes ids, loads nothing itself
+and calls one service). The names below are the ones Celery generated before they were
+declared here, so messages already in a broker still find their task.
+
+This module imports neither Django nor Celery at import time: settings read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Pool = Literal["prefork", "threads"]
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    pool: Pool
+    work: str
+
+
+INDEX = "index"
+ROLLOUTS = "rollouts"
+ROLLOUTS_LLM = "rollouts_llm"
+EXPORTS = "celery"  # Celery's default queue
+TRAINING = "training"
+
+QUEUES = (
+    Queue(INDEX, "prefork", "index builds, uploaded imports"),
+    Queue(ROLLOUTS, "prefork", "baseline-policy episodes (CPU-bound)"),
+    Queue(ROLLOUTS_LLM, "threads", "LLM-backed episodes (they wait on vLLM)"),
+    Queue(EXPORTS, "prefork", "SFT exports"),
+    Queue(TRAINING, "prefork", "RL job steps: polling rollouts, the trainer step, publishing"),
+)
+
+CORPUS_INDEX_BUILD = "harness_app.tasks.corpus_index_build"
+IMPORT_JOB_RUN = "harness_app.tasks.import_job_run"
+EPISODE_RUN = "trajectories.tasks.episode_run_task"
+SFT_EXPORT = "training.tasks.sft_export_task"
+RL_JOB_ADVANCE = "training.tasks.rl_job_advance_task"
+
+# The queue each task goes to unless its caller names another (an episode of an LLM
+# policy goes to ROLLOUTS_LLM: trajectories.services.rollouts.rollout_queue).
+TASK_QUEUES = {
+    CORPUS_INDEX_BUILD: INDEX,
+    IMPORT_JOB_RUN: INDEX,
+    EPISODE_RUN: ROLLOUTS,
+    SFT_EXPORT: EXPORTS,
+    RL_JOB_ADVANCE: TRAINING,
+}
+
+
+def task_routes() -> dict[str, dict[str, str]]:
+    """CELERY_TASK_ROUTES: a task sent without a queue (from a shell, say) still lands
+    where its workers are."""
+    return {task: {"queue": queue} for task, queue in TASK_QUEUES.items()}
+
+
+def enqueue(
+    task_name: str, *args: int, queue: str | None = None, countdown: float | None = None
+) -> None:
+    """Send a registered task by name. Raises kombu's OperationalError when the broker is
+    unreachable: each caller says on its own row what that means for its work, and never
+    runs the work inline instead. Call it from `transaction.on_commit`, so a worker never
+    looks for a row that is not committed yet."""
+    from celery import current_app
+
+    task = current_app.tasks[task_name]
+    queue = queue or TASK_QUEUES[task_name]
+    if countdown is None:
+        task.apply_async(args=args, queue=queue)
+    else:
+        task.apply_async(args=args, queue=queue, countdown=countdown)
+
+
+def queue_names(pool: Pool | None = None) -> list[str]:
+    return [q.name for q in QUEUES if pool is None or q.pool == pool]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Print the Celery queues, comma-separated.")
+    parser.add_argument("--pool", choices=("prefork", "threads"), help="only this pool's")
+    print(",".join(queue_names(parser.parse_args(argv).pool)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The batch pages: launch a rollout batch, follow its progress, cancel it."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from harness_app.roles import browse_required, researcher_required
+from trajectories.forms import BatchLaunchForm
+from trajectories.models import RolloutBatch
+from trajectories.selectors import pages as selectors_ui
+from trajectories.services import rollouts as services
+from trajectories.services.rollouts import BatchParameterError
+
+
+def _batch_or_404(pk: int) -> RolloutBatch:
+    batch = selectors_ui.batch_get(pk=pk)
+    if batch is None:
+        raise Http404("no such batch")
+    return batch
+
+
+@researcher_required
+def batch_launch(request: HttpRequest) -> HttpResponse:
+    form = BatchLaunchForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        batch = _launch(request, form)
+        if batch is not None:
+            messages.success(request, f"Batch {batch.pk} queued: {batch.episodes_total} episodes.")
+            return redirect("batch_detail", pk=batch.pk)
+    return render(request, "trajectories/batch_launch.html", {"form": form})
+
+
+def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
+    data = form.cleaned_data
+    user = request.user if isinstance(request.user, AbstractBaseUser) else None
+    try:
+        return services.batch_create(
+            benchmark=data["benchmark"],
+            policy=data["policy"],
+            created_by=user,
+            samples_per_query=data["samples_per_query"],
+            max_turns=data["max_turns"],
+            termination_policy=data["termination_policy"],
+            ablate=data["ablate"],
+            query_limit=data["query_limit"],
+        )
+    except BatchParameterError as exc:
+        form.add_error(form.error_field(str(exc)), str(exc))
+        return None
+
+
+@browse_required
+@require_GET
+def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    batch = _batch_or_404(pk)
+    context = {
+        "batch": batch,
+        "metrics": selectors_ui.batch_metrics(batch=batch),
+        "groups": selectors_ui.batch_groups_page(batch=batch, page=request.GET.get("page")),
+    }
+    return render(request, "trajectories/batch_detail.html", context)
+
+
+@browse_required
+@require_GET
+def batch_progress(request: HttpRequest, pk: int) -> HttpResponse:
+    """The batch's progress line; htmx polls it while the batch is active."""
+    batch = _batch_or_404(pk)
+    return render(request, "trajectories/batch_progress.html", {"batch": batch})
+
+
+@researcher_required
+@require_POST
+def batch_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    batch = _batch_or_404(pk)
+    cancelled = services.batch_cancel(batch=batch)
+    messages.success(
+        request, f"Batch {batch.pk} cancelled; {cancelled} pending episodes will not run."
+    )
+    return redirect("batch_detail", pk=batch.pk)
