@@ -48,7 +48,7 @@ def setup() -> None:
 
 def demo_benchmark() -> Any:
     from harness_app.models import Benchmark
-    from harness_app.services import benchmark_import
+    from harness_app.services.benchmarks import benchmark_import
 
     existing = Benchmark.objects.filter(name="demo").first()
     if existing:
@@ -131,7 +131,7 @@ def api_client() -> Any:
     from rest_framework.authtoken.models import Token
 
     from harness_app.roles import Role
-    from harness_app.services import user_ensure
+    from harness_app.services.users import user_ensure
 
     user, _ = user_ensure(username="bench-annotator", password="bench-pw-1", role=Role.ANNOTATOR)
     token, _ = Token.objects.get_or_create(user=user)
@@ -226,7 +226,7 @@ def export_batch(episodes: int) -> Any:
 
 def _researcher() -> Any:
     from harness_app.roles import Role
-    from harness_app.services import user_ensure
+    from harness_app.services.users import user_ensure
 
     return user_ensure(username="bench-researcher", password="bench-pw-1", role=Role.RESEARCHER)[0]
 

@@ -103,7 +103,7 @@ def main() -> None:
     from django.db import connection
 
     from harness_app.models import Corpus
-    from harness_app.services import benchmark_import
+    from harness_app.services.benchmarks import benchmark_import
 
     with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:
         folder = Path(tmp) / "synthetic"

@@ -490,7 +490,7 @@ def main() -> None:
 
     from harness_app.models import Benchmark
     from harness_app.roles import Role
-    from harness_app.services import user_ensure
+    from harness_app.services.users import user_ensure
     from trajectories.models import Episode
 
     rng = random.Random(7)

@@ -46,7 +46,7 @@ def setup(broker: str) -> None:
 
 def benchmark(name: str, path: Path) -> Any:
     from harness_app.models import Benchmark
-    from harness_app.services import benchmark_import
+    from harness_app.services.benchmarks import benchmark_import
 
     existing = Benchmark.objects.filter(name=name).first()
     if existing:

@@ -17,8 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from harness_app import services
-from harness_app.importers import ImportRejected
+from harness_app.importers.records import ImportRejected
 from harness_app.models import Benchmark, ImportJob, PolicyConfig
 from harness_app.roles import BROWSE_ROLES, Role, user_has_role
 from harness_app.serializers import (
@@ -27,6 +26,7 @@ from harness_app.serializers import (
     ImportJobSerializer,
     PolicyConfigSerializer,
 )
+from harness_app.services.import_jobs import import_job_create
 
 
 class CanBrowse(BasePermission):
@@ -80,7 +80,7 @@ class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet[Benchmark]):
         form.is_valid(raise_exception=True)
         data = form.validated_data
         try:
-            job = services.import_job_create(
+            job = import_job_create(
                 upload=data["file"],
                 name=data["name"],
                 split=data["split"],

@@ -8,7 +8,7 @@ from django import forms
 from django.core.files.uploadedfile import UploadedFile
 from django.core.validators import RegexValidator
 
-from harness_app.importers import SPLIT_PATTERN
+from harness_app.importers.formats import SPLIT_PATTERN
 
 MAX_UPLOAD_BYTES = 2 * 1024**3
 UPLOAD_SUFFIXES = (".zip", ".json")

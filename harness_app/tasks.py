@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from harness_app import indexes, queues, services
+from harness_app import indexes, queues
+from harness_app.services import import_jobs
 
 
 @shared_task(name=queues.CORPUS_INDEX_BUILD)
@@ -18,4 +19,4 @@ def corpus_index_build(corpus_id: int) -> None:
 
 @shared_task(name=queues.IMPORT_JOB_RUN)
 def import_job_run(job_id: int) -> None:
-    services.import_job_run(job_id=job_id)
+    import_jobs.import_job_run(job_id=job_id)

@@ -6,11 +6,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
-from harness_app import selectors, services
+from harness_app import selectors
 from harness_app.forms import BenchmarkUploadForm
-from harness_app.importers import ImportRejected
+from harness_app.importers.records import ImportRejected
 from harness_app.models import ImportJob
 from harness_app.roles import browse_required, researcher_required
+from harness_app.services.import_jobs import import_job_create
 
 # --- benchmarks -------------------------------------------------------------------------
 
@@ -48,7 +49,7 @@ def benchmark_upload(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            job = services.import_job_create(
+            job = import_job_create(
                 upload=data["file"],
                 name=data["name"],
                 split=data["split"],

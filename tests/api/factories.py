@@ -11,7 +11,8 @@ from rest_framework.test import APIClient
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from harness_app.roles import Role
-from harness_app.services import benchmark_import, user_ensure
+from harness_app.services.benchmarks import benchmark_import
+from harness_app.services.users import user_ensure
 from trajectories.models import Episode, EpisodeStatus, RolloutBatch, RolloutGroup
 from trajectories.rollout import episode_run
 from trajectories.services.rollouts import batch_create

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from harness_app.roles import Role
-from harness_app.services import user_ensure
+from harness_app.services.users import user_ensure
 from tests.browser.conftest import login
 from trajectories.models import Annotation, AnnotationStatus, Episode
 

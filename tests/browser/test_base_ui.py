@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness_app.roles import Role
-from harness_app.services import user_ensure
+from harness_app.services.users import user_ensure
 from tests.browser_fixtures import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

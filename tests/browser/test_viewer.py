@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from harness_app.roles import Role
-from harness_app.services import user_ensure
+from harness_app.services.users import user_ensure
 from tests.browser.conftest import login
 from trajectories.models import Episode, Turn
 

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from harness_app.roles import Role
-from harness_app.services import user_ensure
+from harness_app.services.users import user_ensure
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,8 @@ from harness_app.models import (
     Query,
 )
 from harness_app.roles import Role
-from harness_app.services import benchmark_import, user_ensure
+from harness_app.services.benchmarks import benchmark_import
+from harness_app.services.users import user_ensure
 
 MODELS = (Corpus, Document, Benchmark, Query, Qrel, ImportJob, PolicyConfig)
 DEMO_DATA = Path(__file__).resolve().parents[2] / "harness_app" / "demo_data"

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from harness_app.importers import ImportProgress
+from harness_app.importers.records import ImportProgress
 from harness_app.models import ImportJob, ImportStatus
 from harness_app.roles import Role
-from harness_app.services import ProgressFile, user_ensure
+from harness_app.services.import_jobs import ProgressFile
+from harness_app.services.users import user_ensure
 from tests.browser_fixtures import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness_app import importers
-from harness_app.importers import HotpotQASource, JsonArrayReader, hotpotqa_doc_id
+from harness_app.importers import hotpotqa
+from harness_app.importers.hotpotqa import HotpotQASource, JsonArrayReader, hotpotqa_doc_id
+from harness_app.importers.records import BenchmarkFormatError
 from harness_app.models import Benchmark, Qrel
-from harness_app.services import benchmark_import
+from harness_app.services.benchmarks import benchmark_import
 from tests.harness_app.conftest import HOTPOT, write_hotpot
 
 
@@ -89,7 +90,7 @@ def test_the_reader_streams_across_chunk_boundaries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # 7-byte chunks split records, strings and multi-byte characters mid-way.
-    monkeypatch.setattr(importers, "READ_CHUNK", 7)
+    monkeypatch.setattr(hotpotqa, "READ_CHUNK", 7)
     path = write_hotpot(tmp_path / "h.json", indent=2)
 
     elements = list(JsonArrayReader(path))
@@ -104,9 +105,9 @@ def test_the_reader_streams_across_chunk_boundaries(
 def test_a_record_over_the_limit_is_reported_not_buffered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(importers, "READ_CHUNK", 100)
+    monkeypatch.setattr(hotpotqa, "READ_CHUNK", 100)
     path = tmp_path / "big.json"
     path.write_text('[{"_id": "h1", "question": "' + "x" * 5000 + '"}]')
 
-    with pytest.raises(importers.BenchmarkFormatError, match="or a record longer than 1000 bytes"):
+    with pytest.raises(BenchmarkFormatError, match="or a record longer than 1000 bytes"):
         list(JsonArrayReader(path, max_record_bytes=1000))

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness_app.models import Benchmark, Corpus, Document, IndexStatus, Qrel, Query
-from harness_app.services import BenchmarkExists, benchmark_export, benchmark_import
+from harness_app.services.benchmarks import BenchmarkExists, benchmark_import
+from harness_app.services.exports import benchmark_export
 from tests.harness_app.conftest import CORPUS, QRELS, QUERIES, row_counts, write_beir
 
 pytestmark = pytest.mark.django_db
@@ -149,7 +150,7 @@ def test_a_failure_while_writing_rolls_everything_back(
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("harness_app.services._qrels_write", explode)
+    monkeypatch.setattr("harness_app.services.benchmarks.qrels_write", explode)
     with pytest.raises(RuntimeError, match="disk full"):
         benchmark_import(path=beir_folder, name="existing", fmt="beir", replace=True)
 
@@ -200,7 +201,7 @@ def test_the_baseline_policy_config_exists_after_migrating() -> None:
 def test_a_benchmark_with_rollouts_is_not_replaced(existing, tmp_path: Path) -> None:
     from django.apps import apps
 
-    from harness_app.importers import ImportRejected
+    from harness_app.importers.records import ImportRejected
     from harness_app.models import PolicyConfig
 
     batch_model = apps.get_model("trajectories", "RolloutBatch")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness_app.harness.beir import BeirFormatError
-from harness_app.importers import ImportRejected
-from harness_app.services import benchmark_import
+from harness_app.importers.records import ImportRejected
+from harness_app.services.benchmarks import benchmark_import
 from tests.harness_app.conftest import (
     HOTPOT,
     QRELS,

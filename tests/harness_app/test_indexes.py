@@ -11,7 +11,7 @@ import pytest
 from harness_app import indexes, tasks
 from harness_app.harness.retrieval.cache import forget_open_indexes
 from harness_app.models import Corpus, IndexStatus
-from harness_app.services import benchmark_import
+from harness_app.services.benchmarks import benchmark_import
 from tests.harness_app.conftest import DEMO_DATA
 
 pytestmark = pytest.mark.django_db

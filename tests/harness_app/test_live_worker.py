@@ -10,7 +10,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from harness_app.models import Corpus, ImportJob, ImportStatus, IndexStatus
-from harness_app.services import benchmark_import
+from harness_app.services.benchmarks import benchmark_import
 from tests.workers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness_app.models import Benchmark
-from harness_app.services import benchmark_export, benchmark_import
+from harness_app.services.benchmarks import benchmark_import
+from harness_app.services.exports import benchmark_export
 from tests.harness_app.test_import import normalised
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

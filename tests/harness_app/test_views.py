@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from harness_app.importers import ImportProgress
+from harness_app.importers.records import ImportProgress
 from harness_app.models import Benchmark, Corpus, ImportJob, ImportStatus
-from harness_app.services import ProgressFile, benchmark_import, import_job_run
+from harness_app.services.benchmarks import benchmark_import
+from harness_app.services.import_jobs import ProgressFile, import_job_run
 from tests.harness_app.conftest import QRELS, row_counts, write_beir
 
 pytestmark = pytest.mark.django_db

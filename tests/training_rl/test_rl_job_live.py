@@ -17,7 +17,7 @@ import time
 import pytest
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
-from harness_app.services import benchmark_import
+from harness_app.services.benchmarks import benchmark_import
 from tests.vllm import VLLM_URL, base_model, needs_vllm, served_models
 from tests.workers import start_worker, wait_until
 from training.models import RLJob, RLJobStatus, RLStepStatus

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
-from harness_app.services import benchmark_import
+from harness_app.services.benchmarks import benchmark_import
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "harness_app" / "demo_data"
 

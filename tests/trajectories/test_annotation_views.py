@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from harness_app.roles import Role
-from harness_app.services import user_ensure
+from harness_app.services.users import user_ensure
 from training.models import SFTExport, SFTExportEpisode
 from trajectories.models import (
     Annotation,

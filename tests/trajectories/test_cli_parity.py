@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from harness_app.models import Benchmark
-from harness_app.services import benchmark_import
+from harness_app.services.benchmarks import benchmark_import
 from tests.conftest import ROOT
 from trajectories.rollout import episode_run
 from trajectories.selectors.rollouts import batch_summary

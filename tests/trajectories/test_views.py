@@ -390,7 +390,7 @@ def test_a_named_filter_is_saved_per_user_and_links_back(researcher_client, ran_
     from django.test import Client
 
     from harness_app.roles import Role
-    from harness_app.services import user_ensure
+    from harness_app.services.users import user_ensure
     from trajectories.models import SavedFilter
 
     other = Client()  # the client fixtures share one Client, so a second user needs its own

@@ -21,7 +21,8 @@ import pytest
 
 from harness_app.models import Benchmark, PolicyConfig
 from harness_app.roles import Role
-from harness_app.services import benchmark_import, user_ensure
+from harness_app.services.benchmarks import benchmark_import
+from harness_app.services.users import user_ensure
 from trajectories.models import Episode, ModelCall, RolloutBatch, pack_floats, pack_ints
 from trajectories.rollout import episode_run
 from trajectories.services.rollouts import batch_create

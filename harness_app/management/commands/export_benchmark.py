@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harness_app.models import Benchmark
-from harness_app.services import benchmark_export
+from harness_app.services.exports import benchmark_export
 
 
 class Command(BaseCommand):

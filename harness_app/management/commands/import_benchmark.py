@@ -14,8 +14,8 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harness_app.harness.beir import BeirFormatError
-from harness_app.importers import ImportProgress, ImportRejected
-from harness_app.services import benchmark_import
+from harness_app.importers.records import ImportProgress, ImportRejected
+from harness_app.services.benchmarks import benchmark_import
 
 
 class ProgressBar:

@@ -12,7 +12,8 @@ import harness_app
 from harness_app import indexes
 from harness_app.models import Benchmark, BenchmarkSource, Corpus, PolicyConfig, PolicyKind
 from harness_app.roles import Role
-from harness_app.services import benchmark_import, user_ensure
+from harness_app.services.benchmarks import benchmark_import
+from harness_app.services.users import user_ensure
 from trajectories.models import RolloutBatch
 from trajectories.services.rollouts import batch_create
 

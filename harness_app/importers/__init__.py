@@ -1,0 +1,1 @@
+"""Benchmark sources (BEIR folders, HotpotQA JSON, uploaded zips), read and checked."""

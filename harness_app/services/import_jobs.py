@@ -1,0 +1,157 @@
+"""Uploaded benchmarks: save the file, queue its import, run it and record the outcome."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.utils import timezone
+
+from harness_app import queues
+from harness_app.harness.beir import BeirFormatError
+from harness_app.importers.records import ImportProgress, ImportRejected
+from harness_app.importers.uploads import upload_source_path
+from harness_app.models import BenchmarkSource, ImportJob, ImportStatus
+from harness_app.services.benchmarks import ImportResult, benchmark_import, benchmark_name_clean
+
+logger = logging.getLogger(__name__)
+
+
+def import_job_create(
+    *,
+    upload: UploadedFile,
+    name: str,
+    split: str,
+    replace: bool,
+    created_by: User | None,
+) -> ImportJob:
+    """Save an uploaded zip (BEIR) or .json (HotpotQA) and queue its import."""
+    suffix = Path(upload.name or "").suffix.lower()
+    fmt = {".zip": BenchmarkSource.BEIR, ".json": BenchmarkSource.HOTPOTQA}.get(suffix)
+    if fmt is None:
+        raise ImportRejected("upload a .zip of a BEIR folder or a HotpotQA .json file")
+    folder = settings.DATA_DIR / "uploads" / uuid.uuid4().hex
+    folder.mkdir(parents=True)
+    target = folder / f"upload{suffix}"
+    with open(target, "wb") as sink:
+        for chunk in upload.chunks():
+            sink.write(chunk)
+    return _import_job_queue(
+        name=benchmark_name_clean(name),
+        fmt=fmt,
+        split=split,
+        replace=replace,
+        upload_path=target,
+        created_by=created_by,
+    )
+
+
+@transaction.atomic
+def _import_job_queue(
+    *,
+    name: str,
+    fmt: str,
+    split: str,
+    replace: bool,
+    upload_path: Path,
+    created_by: User | None,
+) -> ImportJob:
+    job = ImportJob.objects.create(
+        name=name,
+        fmt=fmt,
+        split=split,
+        replace=replace,
+        upload_path=str(upload_path),
+        created_by=created_by,
+    )
+    job_id = job.pk
+    transaction.on_commit(lambda: queues.enqueue(queues.IMPORT_JOB_RUN, job_id))
+    return job
+
+
+def import_job_run(*, job_id: int) -> ImportJob | None:
+    """Run a queued upload's import and record the outcome on its row.
+
+    Safe to run twice (a redelivered task after a worker died): a finished job is left
+    alone, and a half-done one starts over because its transaction was rolled back.
+    """
+    job = ImportJob.objects.filter(pk=job_id).first()
+    if job is None or not job.is_active:
+        return job
+    ImportJob.objects.filter(pk=job_id).update(status=ImportStatus.RUNNING)
+    upload = Path(job.upload_path)
+    progress = ProgressFile(upload.parent / "progress.json")
+    try:
+        path, fmt = upload_source_path(upload, upload.parent / "unpacked")
+        result = benchmark_import(
+            path=path,
+            name=job.name,
+            fmt=fmt,
+            split=job.split,
+            replace=job.replace,
+            progress=progress,
+            created_by=job.created_by,
+        )
+    except (ImportRejected, BeirFormatError) as exc:
+        _import_job_finish(job, ImportStatus.FAILED, str(exc))
+    except Exception as exc:
+        logger.exception("import job %s failed", job_id)
+        _import_job_finish(job, ImportStatus.FAILED, f"unexpected error: {exc!r}")
+    else:
+        status = ImportStatus.DONE if result.changed else ImportStatus.UNCHANGED
+        _import_job_finish(job, status, result.describe(job.name), result)
+    finally:
+        shutil.rmtree(upload.parent, ignore_errors=True)
+    job.refresh_from_db()
+    return job
+
+
+def _import_job_finish(
+    job: ImportJob, status: str, message: str, result: ImportResult | None = None
+) -> None:
+    ImportJob.objects.filter(pk=job.pk).update(
+        status=status,
+        message=message,
+        finished=timezone.now(),
+        benchmark_id=result.benchmark_id if result else None,
+        documents=result.documents if result else 0,
+        queries=result.queries if result else 0,
+        qrels=result.qrels if result else 0,
+    )
+
+
+class ProgressFile:
+    """An import's live progress as a small JSON file beside the upload.
+
+    Written at most twice a second, atomically (write, then rename), so the page that
+    polls it never reads half a file.
+    """
+
+    def __init__(self, path: Path, *, interval: float = 0.5) -> None:
+        self.path = path
+        self.interval = interval
+        self._last = 0.0
+
+    def __call__(self, state: ImportProgress) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        body = {
+            "phase": state.phase,
+            "documents": state.documents,
+            "total_documents": state.total_documents,
+            "rate": round(state.rate),
+        }
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(json.dumps(body))
+        os.replace(partial, self.path)
