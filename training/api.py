@@ -124,10 +124,7 @@ class RLJobViewSet(
                 created_by=request_user(request),
             )
         except rl_jobs.RLJobError as exc:
-            message = str(exc)
-            names = list(RLJobCreateSerializer().fields.keys())
-            field = next((name for name in names if message.startswith(name)), None)
-            raise ValidationError({field or "non_field_errors": [message]}) from None
+            raise ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None
         return Response(RLJobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: RLJobSerializer})

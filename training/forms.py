@@ -1,5 +1,5 @@
-"""The RL job launch form. The bounds live in services_rl (RLJobSettings.check and the
-set-up checks), which name the setting they refuse; the view shows that on its field."""
+"""The RL job launch form. The bounds live in training.services.rl_jobs (RLJobSettings.check
+and the set-up checks), whose RLJobError names the field it refuses; the view shows it there."""
 
 from __future__ import annotations
 
@@ -63,7 +63,3 @@ class RLJobLaunchForm(forms.Form):
         initial=dict,
         help_text='Overrides of the Harness-1 weights, e.g. {"turn_penalty": 0.15}.',
     )
-
-    def error_field(self, message: str) -> str | None:
-        """The field a service error is about (messages start with its name), else None."""
-        return next((name for name in self.fields if message.startswith(name)), None)

@@ -69,7 +69,7 @@ class ExportSerializer(serializers.ModelSerializer[SFTExport]):
 
 class RLJobCreateSerializer(serializers.Serializer[Any]):
     """Types only: ranges and the set-up (a vLLM policy, the weights on disk, the train
-    extra) are checked by services_rl.rl_job_create, which names what it refuses."""
+    extra) are checked by rl_jobs.rl_job_create, which names what it refuses."""
 
     name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
     benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())

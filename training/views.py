@@ -54,7 +54,7 @@ def _launch(request: HttpRequest, form: RLJobLaunchForm) -> RLJob | None:
             created_by=user,
         )
     except rl_jobs.RLJobError as exc:
-        form.add_error(form.error_field(str(exc)), str(exc))
+        form.add_error(exc.field, str(exc))
         return None
 
 

@@ -62,7 +62,15 @@ TRAIN_PACKAGES = ("torch", "transformers", "peft")
 
 
 class RLJobError(ValueError):
-    """An RL job request that cannot run; the message names the setting and the fix."""
+    """An RL job request that cannot run; the message names the setting and the fix.
+
+    `field` is the rl_job_create argument or RLJobSettings field refused (the launch form
+    and the API show the message on it), or None when no single setting is at fault.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -91,39 +99,48 @@ class RLJobSettings:
         _in_range("lora_rank", self.lora_rank, 1, MAX_LORA_RANK)
         _in_range("max_turns", self.max_turns, 1, rollouts.MAX_TURNS_LIMIT)
         if self.algorithm not in RLAlgorithm.values:
-            raise RLJobError(f"algorithm {self.algorithm!r} is not one of {RLAlgorithm.values}")
+            raise RLJobError(
+                f"algorithm {self.algorithm!r} is not one of {RLAlgorithm.values}",
+                field="algorithm",
+            )
         if self.termination_policy not in TerminationPolicy.values:
             raise RLJobError(
                 f"termination_policy {self.termination_policy!r} is not one of "
-                f"{TerminationPolicy.values}"
+                f"{TerminationPolicy.values}",
+                field="termination_policy",
             )
         if not (0 < self.learning_rate <= 1):
-            raise RLJobError(f"learning_rate must be in (0, 1], got {self.learning_rate}")
+            raise RLJobError(
+                f"learning_rate must be in (0, 1], got {self.learning_rate}",
+                field="learning_rate",
+            )
         for name in ("cispo_eps_low", "cispo_eps_high", "grpo_eps", "kl_beta"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
-                raise RLJobError(f"{name} must be a finite number >= 0, got {value}")
+                raise RLJobError(f"{name} must be a finite number >= 0, got {value}", field=name)
         try:
             RewardWeights.from_json(self.reward_weights)
         except (TypeError, ValueError) as exc:
-            raise RLJobError(f"reward_weights: {exc}") from exc
+            raise RLJobError(f"reward_weights: {exc}", field="reward_weights") from exc
 
 
 def _in_range(name: str, value: int, low: int, high: int) -> None:
     if not low <= value <= high:
-        raise RLJobError(f"{name} must be between {low} and {high}, got {value}")
+        raise RLJobError(f"{name} must be between {low} and {high}, got {value}", field=name)
 
 
 def _check_trainable_setup(base_policy: PolicyConfig, base_model_dir: str) -> None:
     if base_policy.kind != PolicyKind.OPENAI:
         raise RLJobError(
             f"base_policy {base_policy.name!r} is the {base_policy.get_kind_display()}; RL "
-            "samples from an OpenAI-compatible (vLLM) policy, whose adapters it then serves"
+            "samples from an OpenAI-compatible (vLLM) policy, whose adapters it then serves",
+            field="base_policy",
         )
     if not (Path(base_model_dir) / "config.json").is_file():
         raise RLJobError(
             f"base_model_dir {base_model_dir!r} has no config.json: give the local folder of "
-            "the weights the vLLM server serves (make llm writes .llm/smollm2-135m-instruct)"
+            "the weights the vLLM server serves (make llm writes .llm/smollm2-135m-instruct)",
+            field="base_model_dir",
         )
     missing = [p for p in TRAIN_PACKAGES if importlib.util.find_spec(p) is None]
     if missing:
@@ -152,7 +169,9 @@ def rl_job_create(
     job_settings.check()
     _check_trainable_setup(base_policy, base_model_dir)
     if not benchmark.queries.exists():
-        raise RLJobError(f"benchmark {benchmark.name!r} has no queries to sample")
+        raise RLJobError(
+            f"benchmark {benchmark.name!r} has no queries to sample", field="benchmark"
+        )
     job = RLJob.objects.create(
         name=name,
         benchmark=benchmark,
