@@ -17,8 +17,10 @@ from rest_framework.routers import DefaultRouter
 
 from harness_app.api import BenchmarkViewSet, ImportJobViewSet, PolicyConfigViewSet
 from training.api import ExportViewSet, RLJobViewSet
+from trajectories.api.annotations import AnnotationViewSet
+from trajectories.api.batches import BatchViewSet
+from trajectories.api.episodes import EpisodeViewSet
 from trajectories.api.recording import RecordingViewSet
-from trajectories.api.rollouts import AnnotationViewSet, BatchViewSet, EpisodeViewSet
 
 SCHEMA_SETTINGS = {
     "TITLE": "Harness workbench API",

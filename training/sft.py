@@ -48,7 +48,7 @@ from harness_app.harness.llm.reconstruct import (
 from harness_app.harness.tools import tool_specs
 from harness_app.models import PolicyKind, ToolCallFormat
 from trajectories.models import Episode, ModelCall, RolloutBatch, Turn
-from trajectories.selectors.rollouts import call_tokens_by_episode
+from trajectories.selectors.calls import call_tokens_by_episode
 
 IGNORE_INDEX = -100  # what Hugging Face losses skip
 WM_HEADER = "\n\n<WORKINGMEMORY>\n"

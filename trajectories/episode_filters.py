@@ -3,8 +3,9 @@
 The API's query parameters, an SFT export's saved filters, `export_sft --filter key=value`
 and bulk annotation actions all describe episodes the same way, so one function checks
 them (naming the bad key) and one applies them. Applying reuses the researcher list's
-`selectors_ui.episode_list_queryset`, so the API and the pages can never disagree about
-what a filter means; the annotation status is read from the denormalised Episode column.
+`episode_list_queryset` (selectors/episode_list.py), so the API and the pages can never
+disagree about what a filter means; the annotation status is read from the denormalised
+Episode column.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from trajectories.models import AnnotationStatus, Episode, EpisodeKind, EpisodeStatus
-from trajectories.selectors.pages import RANGE_FIELDS, episode_list_queryset
+from trajectories.selectors.episode_list import RANGE_FIELDS, episode_list_queryset
 
 ID_FILTERS = ("batch", "benchmark", "policy", "query")
 TEXT_FILTERS = ("termination_reason", "ablation", "q")

@@ -17,7 +17,7 @@ from trajectories.models import (
     EpisodeStatus,
     TerminationPolicy,
 )
-from trajectories.selectors.pages import RANGE_FIELDS, SORTS
+from trajectories.selectors.episode_list import RANGE_FIELDS, SORTS
 from trajectories.services.rollouts import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
 
 # The reasons docs/rollouts.md lists, offered as suggestions; any recorded reason filters.
@@ -117,7 +117,7 @@ class SavedFilterForm(forms.Form):
 
 class BatchLaunchForm(forms.Form):
     """Launch parameters. The bounds live in services.batch_create, which reports a bad
-    value as BatchParameterError; the view shows it on the field it names."""
+    value as BatchParameterError; the view shows it on the field the error names."""
 
     benchmark = forms.ModelChoiceField(Benchmark.objects.order_by("name"))
     policy = forms.ModelChoiceField(PolicyConfig.objects.order_by("name"))
@@ -142,12 +142,3 @@ class BatchLaunchForm(forms.Form):
         label="Switch off",
         help_text="Mechanisms to ablate; none checked runs the full harness.",
     )
-
-    def error_field(self, message: str) -> str | None:
-        """The field a BatchParameterError message is about, or None for the whole form."""
-        if message.startswith("unknown mechanism"):
-            return "ablate"
-        for name in self.fields:
-            if message.startswith(name):
-                return name
-        return None

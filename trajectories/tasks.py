@@ -14,7 +14,7 @@ from django.db import OperationalError
 
 from harness_app import queues
 from trajectories.rollout import episode_run
-from trajectories.services import rollouts as services
+from trajectories.services import rollouts
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def episode_run_task(self: Any, episode_id: int) -> str:
     except OperationalError:
         raise  # the database blinked: retried with backoff, the claim restarts the episode
     except SoftTimeLimitExceeded:
-        services.episode_fail(
+        rollouts.episode_fail(
             episode_id=episode_id,
             reason="time_limit",
             message="the episode ran past its soft time limit",
@@ -46,13 +46,13 @@ def episode_run_task(self: Any, episode_id: int) -> str:
     except Exception as exc:
         log.exception("episode %s failed", episode_id)
         message = "".join(traceback.format_exception_only(exc)).strip()
-        services.episode_fail(episode_id=episode_id, reason="error", message=message)
+        rollouts.episode_fail(episode_id=episode_id, reason="error", message=message)
         return "error"
 
 
 @worker_ready.connect
 def _recover_on_start(**_: Any) -> None:
     try:
-        services.episodes_recover_stale()
+        rollouts.episodes_recover_stale()
     except Exception:  # a worker must start even if the database is not migrated yet
         log.exception("could not recover stale episodes at worker start")

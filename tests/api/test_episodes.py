@@ -6,7 +6,7 @@ import pytest
 
 from tests.api import factories
 from trajectories.models import Episode, ModelCall, Turn, pack_floats, pack_ints
-from trajectories.selectors.rollouts import turn_states
+from trajectories.selectors.turns import turn_states
 from trajectories.services.annotations import annotation_label
 
 pytestmark = pytest.mark.django_db

@@ -25,7 +25,6 @@ from trajectories.services.annotations import (
     annotation_bulk_undo,
     annotation_label,
     annotation_next,
-    annotation_release,
     cohens_kappa,
     fleiss_kappa,
     reward_hacking_candidates,
@@ -177,13 +176,6 @@ def test_an_expired_lock_is_taken_over(people, episodes):
     taken = annotation_next(annotator=people["bob"], filters=only)
     assert taken.episode == episodes[0]
     assert AnnotationLock.objects.get().annotator == people["bob"]
-
-
-def test_release_returns_the_episode_to_the_queue(people, episodes):
-    only = {"batch": episodes[0].batch_id, "reward_min": 0.85}
-    taken = annotation_next(annotator=people["ann"], filters=only)
-    assert annotation_release(annotator=people["ann"], episode=taken.episode)
-    assert annotation_next(annotator=people["bob"], filters=only).episode == taken.episode
 
 
 def test_queue_refuses_a_bad_overlap(people, episodes):

@@ -17,7 +17,7 @@ from harness_app.models import Benchmark
 from harness_app.services.benchmarks import benchmark_import
 from tests.conftest import ROOT
 from trajectories.rollout import episode_run
-from trajectories.selectors.rollouts import batch_summary
+from trajectories.selectors.batches import batch_summary
 from trajectories.services.rollouts import batch_create
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from trajectories.models import (
     Turn,
 )
 from trajectories.rollout import episode_run
-from trajectories.selectors.rollouts import turn_state, turn_states
+from trajectories.selectors.turns import turn_state, turn_states
 from trajectories.services.rollouts import (
     BatchParameterError,
     batch_cancel,

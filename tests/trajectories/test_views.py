@@ -16,7 +16,7 @@ from trajectories.models import (
     EpisodeStatus,
     RolloutBatch,
 )
-from trajectories.selectors.pages import group_view
+from trajectories.selectors.batches import group_view
 
 # researcher_client, annotator_client, ran_batch, episode, batch_of, payloads
 pytest_plugins = ["tests.trajectories.ui_fixtures"]

@@ -9,10 +9,10 @@ import pytest
 
 from harness_app.models import Document
 from trajectories.models import Turn
-from trajectories.selectors.episode import Gold, episode_view, highlight
+from trajectories.selectors.episode import episode_view, highlight
 from trajectories.selectors.graph import graph_growth
-from trajectories.selectors.rollouts import turn_states
 from trajectories.selectors.tokens import token_strips
+from trajectories.selectors.turns import Gold, turn_states
 
 # researcher_client, annotator_client, ran_batch, episode, hostile_episode, new_model_call
 pytest_plugins = ["tests.trajectories.ui_fixtures"]
@@ -310,7 +310,7 @@ def test_hostile_documents_replies_and_observations_are_escaped(
 
 
 def test_row_tags_escape_ids_titles_tags_and_queries(payloads) -> None:
-    from trajectories.selectors.episode import CuratedRow, PoolRow
+    from trajectories.selectors.turns import CuratedRow, PoolRow
     from trajectories.templatetags.viewer import curated_items, pool_items
 
     hostile = f'x"><{payloads.script}'

@@ -11,7 +11,7 @@ from harness_app.models import PolicyConfig, PolicyKind
 from tests.vllm import VLLM_URL, needs_vllm
 from tests.workers import wait_until
 from trajectories.models import BatchStatus, ModelCall
-from trajectories.selectors.rollouts import episode_segments
+from trajectories.selectors.calls import episode_segments
 from trajectories.services.rollouts import batch_create
 
 pytestmark = [

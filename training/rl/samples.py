@@ -22,7 +22,7 @@ from trajectories.models import (
     RecordingSession,
     RolloutBatch,
 )
-from trajectories.selectors.rollouts import call_tokens_by_episode
+from trajectories.selectors.calls import call_tokens_by_episode
 
 
 def _calls_by_episode(batch_id: int) -> dict[int, list[CallTokens]]:

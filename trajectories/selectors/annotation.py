@@ -1,7 +1,7 @@
 """Reads behind the annotator pages: the item being labelled, the annotator's history,
 bulk actions, agreement with names, and the episode's SFT exports (provenance).
 
-Writes go through trajectories/annotations.py; nothing here changes a row.
+Writes go through services/annotations.py; nothing here changes a row.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from trajectories.models import (
     CuratedItem,
     Episode,
 )
-from trajectories.selectors.pages import RANGE_FIELDS, query_grades
+from trajectories.selectors.batches import query_grades
+from trajectories.selectors.episode_list import RANGE_FIELDS
 from trajectories.services.annotations import annotation_agreement
 
 RECENT_BULK_ACTIONS = 20

@@ -21,7 +21,7 @@ from harness_app.harness.llm.reconstruct import (
     reconstruct_per_request,
 )
 from trajectories.models import Episode, ModelCall, RecordingSession
-from trajectories.selectors.episode import BLOB_FIELDS, CallSummary, _call_summary
+from trajectories.selectors.calls import BLOB_FIELDS, CallSummary, call_summary
 
 MODES = ("prefix", "request")
 
@@ -112,7 +112,7 @@ def recording_view(*, episode: Episode, now: Any) -> RecordingView:
     session = RecordingSession.objects.select_related("created_by").get(episode=episode)
     segments, breaks = recording_segments(episode=episode)
     calls = ModelCall.objects.filter(episode=episode).defer("request", *BLOB_FIELDS)
-    summaries = {c.pk: (c, _call_summary(c)) for c in calls.order_by("turn_index", "pk")}
+    summaries = {c.pk: (c, call_summary(c)) for c in calls.order_by("turn_index", "pk")}
     main = segments[0].agent if segments else ""
     chains = []
     for number, segment in enumerate(segments):

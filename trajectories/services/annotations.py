@@ -220,17 +220,6 @@ def annotation_next(
     return None
 
 
-@transaction.atomic
-def annotation_release(*, annotator: Any, episode: Episode) -> bool:
-    """Hand a taken episode back to the queue; False when the annotator did not hold it."""
-    released, _ = AnnotationLock.objects.filter(episode=episode, annotator=annotator).delete()
-    if released:
-        AnnotationEvent.objects.create(
-            actor=annotator, kind=AnnotationEventKind.RELEASE, episode=episode
-        )
-    return bool(released)
-
-
 # --- bulk actions -------------------------------------------------------------------------
 
 

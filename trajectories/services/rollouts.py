@@ -53,12 +53,22 @@ FAILURE_REASONS = frozenset(FAILED_REASONS)
 
 
 class BatchParameterError(ValueError):
-    """A batch request that cannot run; the message names the parameter and the fix."""
+    """A batch request that cannot run; the message names the parameter and the fix.
+
+    `field` is the `batch_create` keyword at fault, for forms and the API to show the
+    message on; None when no one keyword is.
+    """
+
+    def __init__(self, message: str, *, field: str | None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> None:
     if not low <= value <= high:
-        raise BatchParameterError(f"{name} must be between {low} and {high}, got {value}")
+        raise BatchParameterError(
+            f"{name} must be between {low} and {high}, got {value}", field=name
+        )
 
 
 def rollout_queue(policy: PolicyConfig) -> str:
@@ -92,21 +102,27 @@ def batch_create(
     _check_range("max_turns", max_turns, 1, MAX_TURNS_LIMIT)
     if termination_policy not in TerminationPolicy.values:
         raise BatchParameterError(
-            f"termination_policy {termination_policy!r} is not one of {TerminationPolicy.values}"
+            f"termination_policy {termination_policy!r} is not one of {TerminationPolicy.values}",
+            field="termination_policy",
         )
     if query_limit is not None:
         _check_range("query_limit", query_limit, 1, 10_000_000)
     try:
         ablation = Ablation().without(*ablate)
+    except (ValueError, TypeError) as exc:
+        raise BatchParameterError(str(exc), field="ablate") from exc
+    try:
         weights = RewardWeights.from_json(reward_weights or {})
     except (ValueError, TypeError) as exc:
-        raise BatchParameterError(str(exc)) from exc
+        raise BatchParameterError(str(exc), field="reward_weights") from exc
     queries = _batch_queries(benchmark, policy, prefixes)
     if query_ids is not None:
         queries = _only_queries(benchmark, queries, query_ids)
     queries = queries[:query_limit]
     if not queries:
-        raise BatchParameterError(f"benchmark {benchmark.name!r} has no queries to run")
+        raise BatchParameterError(
+            f"benchmark {benchmark.name!r} has no queries to run", field="benchmark"
+        )
     batch = RolloutBatch.objects.create(
         benchmark=benchmark,
         policy=policy,
@@ -140,13 +156,16 @@ def _batch_queries(
     if prefixes is None:
         return list(rows)
     if policy.kind == PolicyKind.BASELINE:
-        raise BatchParameterError("message prefixes need an OpenAI-compatible policy")
+        raise BatchParameterError(
+            "message prefixes need an OpenAI-compatible policy", field="prefixes"
+        )
     found = list(rows.filter(external_id__in=list(prefixes)))
     missing = sorted(set(prefixes) - {ext for _, ext in found})
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise BatchParameterError(
-            f"{len(missing)} prefix query ids are not in benchmark {benchmark.name!r}: {shown}"
+            f"{len(missing)} prefix query ids are not in benchmark {benchmark.name!r}: {shown}",
+            field="prefixes",
         )
     return found
 
@@ -159,7 +178,8 @@ def _only_queries(
     if len(kept) != len(wanted):
         missing = sorted(wanted - {pk for pk, _ in kept})
         raise BatchParameterError(
-            f"query ids {missing[:5]} are not queries of benchmark {benchmark.name!r}"
+            f"query ids {missing[:5]} are not queries of benchmark {benchmark.name!r}",
+            field="query_ids",
         )
     return kept
 

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
-from trajectories.selectors.episode import Change, CuratedRow, PoolRow
+from trajectories.selectors.turns import Change, CuratedRow, PoolRow
 
 register = template.Library()
 _NOT_RELEVANT = ' <span class="muted" title="judged not relevant">✗</span>'

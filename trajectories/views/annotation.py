@@ -1,7 +1,7 @@
 """The annotator pages: the queue, review of one's own labels, bulk actions (researchers),
 agreement, and reward-vs-judgement.
 
-Thin adapters over trajectories/annotations.py (every write) and annotation.py.
+Thin adapters over services/annotations.py (every write) and selectors/annotation.py.
 An annotator only ever sees their own label: the queue never shows the others'.
 """
 
@@ -26,7 +26,15 @@ from trajectories.models import (
     Episode,
 )
 from trajectories.selectors import annotation
-from trajectories.services import annotations as annotation_services
+from trajectories.services.annotations import (
+    AnnotationError,
+    annotation_bulk_apply,
+    annotation_bulk_preview,
+    annotation_bulk_undo,
+    annotation_label,
+    annotation_next,
+    reward_hacking_candidates,
+)
 
 LABEL_CHOICES = AnnotationLabel.choices
 REASON_CHOICES = AnnotationReason.choices
@@ -62,9 +70,7 @@ def annotate_queue(request: HttpRequest) -> HttpResponse:
     context = _filter_context(filters, "queue")
     assignment = None
     if not filters.error:
-        assignment = annotation_services.annotation_next(
-            annotator=request.user, filters=filters.cleaned
-        )
+        assignment = annotation_next(annotator=request.user, filters=filters.cleaned)
     if assignment is not None:
         context["item"] = _item(request, assignment.episode.pk)
         context["expires_at"] = assignment.expires_at
@@ -108,14 +114,14 @@ def annotate_label(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, f"Episode {pk} is being labelled by someone else.")
         return redirect(_queue_url(filters.raw))
     try:
-        annotation_services.annotation_label(
+        annotation_label(
             annotator=request.user,
             episode=episode,
             label=request.POST.get("label", ""),
             reason=request.POST.get("reason", "").strip(),
             notes=request.POST.get("notes", ""),
         )
-    except annotation_services.AnnotationError as exc:
+    except AnnotationError as exc:
         messages.error(request, str(exc))
         return redirect(_queue_url(filters.raw))
     messages.success(request, f"Episode {pk}: {request.POST.get('label')}.")
@@ -147,9 +153,7 @@ def annotate_bulk(request: HttpRequest) -> HttpResponse:
         elif label not in AnnotationLabel.values:
             context["preview_error"] = "Choose a label."
         else:
-            context["preview"] = annotation_services.annotation_bulk_preview(
-                filters=filters.cleaned
-            )
+            context["preview"] = annotation_bulk_preview(filters=filters.cleaned)
     return render(request, "trajectories/annotate_bulk.html", context)
 
 
@@ -161,13 +165,13 @@ def annotate_bulk_apply(request: HttpRequest) -> HttpResponse:
         messages.error(request, filters.error or "A bulk action needs at least one filter.")
         return redirect("annotate_bulk")
     try:
-        action = annotation_services.annotation_bulk_apply(
+        action = annotation_bulk_apply(
             actor=request.user,
             filters=filters.cleaned,
             label=request.POST.get("label", ""),
             reason=request.POST.get("reason", "").strip(),
         )
-    except annotation_services.AnnotationError as exc:
+    except AnnotationError as exc:
         messages.error(request, str(exc))
         return redirect("annotate_bulk")
     messages.success(
@@ -183,8 +187,8 @@ def annotate_bulk_undo(request: HttpRequest, pk: int) -> HttpResponse:
     if action is None:
         raise Http404("no such bulk action")
     try:
-        restored = annotation_services.annotation_bulk_undo(action=action, actor=request.user)
-    except annotation_services.AnnotationError as exc:
+        restored = annotation_bulk_undo(action=action, actor=request.user)
+    except AnnotationError as exc:
         messages.error(request, str(exc))
         return redirect("annotate_bulk")
     messages.success(request, f"Bulk action {pk} undone: {restored} episodes restored.")
@@ -215,6 +219,6 @@ def annotate_reward_hacking(request: HttpRequest) -> HttpResponse:
             min_reward = math.nan
         if not math.isfinite(min_reward):
             error, min_reward = f"min reward: expected a number, got {raw!r}", None
-    episodes = annotation_services.reward_hacking_candidates(min_reward=min_reward)
+    episodes = reward_hacking_candidates(min_reward=min_reward)
     context = {"episodes": episodes, "min_reward": raw, "error": error, "section": "reward"}
     return render(request, "trajectories/annotate_reward_hacking.html", context)

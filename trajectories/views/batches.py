@@ -11,13 +11,12 @@ from django.views.decorators.http import require_GET, require_POST
 from harness_app.roles import browse_required, researcher_required
 from trajectories.forms import BatchLaunchForm
 from trajectories.models import RolloutBatch
-from trajectories.selectors import pages as selectors_ui
-from trajectories.services import rollouts as services
-from trajectories.services.rollouts import BatchParameterError
+from trajectories.selectors import batches
+from trajectories.services import rollouts
 
 
 def _batch_or_404(pk: int) -> RolloutBatch:
-    batch = selectors_ui.batch_get(pk=pk)
+    batch = batches.batch_get(pk=pk)
     if batch is None:
         raise Http404("no such batch")
     return batch
@@ -38,7 +37,7 @@ def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
     data = form.cleaned_data
     user = request.user if isinstance(request.user, AbstractBaseUser) else None
     try:
-        return services.batch_create(
+        return rollouts.batch_create(
             benchmark=data["benchmark"],
             policy=data["policy"],
             created_by=user,
@@ -48,8 +47,9 @@ def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
             ablate=data["ablate"],
             query_limit=data["query_limit"],
         )
-    except BatchParameterError as exc:
-        form.add_error(form.error_field(str(exc)), str(exc))
+    except rollouts.BatchParameterError as exc:
+        # A parameter the form does not offer (reward weights) is shown above the form.
+        form.add_error(exc.field if exc.field in form.fields else None, str(exc))
         return None
 
 
@@ -59,8 +59,8 @@ def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
     batch = _batch_or_404(pk)
     context = {
         "batch": batch,
-        "metrics": selectors_ui.batch_metrics(batch=batch),
-        "groups": selectors_ui.batch_groups_page(batch=batch, page=request.GET.get("page")),
+        "metrics": batches.batch_metrics(batch=batch),
+        "groups": batches.batch_groups_page(batch=batch, page=request.GET.get("page")),
     }
     return render(request, "trajectories/batch_detail.html", context)
 
@@ -77,7 +77,7 @@ def batch_progress(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def batch_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     batch = _batch_or_404(pk)
-    cancelled = services.batch_cancel(batch=batch)
+    cancelled = rollouts.batch_cancel(batch=batch)
     messages.success(
         request, f"Batch {batch.pk} cancelled; {cancelled} pending episodes will not run."
     )

@@ -19,9 +19,16 @@ from harness_app.models import Document
 from harness_app.roles import browse_required
 from trajectories.forms import EpisodeFilterForm, SavedFilterForm
 from trajectories.models import Episode
-from trajectories.selectors import episode as selectors_episode
-from trajectories.selectors import pages as selectors_ui
 from trajectories.selectors import recording, tokens
+from trajectories.selectors.batches import group_view
+from trajectories.selectors.episode import (
+    CompareError,
+    compare_view,
+    document_in_episode,
+    episode_get,
+    episode_view,
+)
+from trajectories.selectors.episode_list import episode_list_page, saved_filters_of
 from trajectories.services import saved_filters
 
 # --- episodes -------------------------------------------------------------------------------
@@ -34,9 +41,9 @@ def episode_list(request: HttpRequest) -> HttpResponse:
     filters = form.filters()
     context = {
         "form": form,
-        "page": selectors_ui.episode_list_page(filters=filters, page=request.GET.get("page")),
+        "page": episode_list_page(filters=filters, page=request.GET.get("page")),
         "filtered": any(v not in (None, "") for k, v in filters.items() if k != "sort"),
-        "saved": selectors_ui.saved_filters_of(user=request.user),
+        "saved": saved_filters_of(user=request.user),
         "save_form": SavedFilterForm(initial={"query_string": form.query_string()}),
     }
     return render(request, "trajectories/episode_list.html", context)
@@ -68,7 +75,7 @@ def saved_filter_delete(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _episode_or_404(pk: int) -> Episode:
-    episode = selectors_episode.episode_get(pk=pk)
+    episode = episode_get(pk=pk)
     if episode is None:
         raise Http404("no such episode")
     return episode
@@ -84,7 +91,7 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         recorded = recording.recording_view(episode=episode, now=timezone.now())
         context = {"view": recorded, "episode": episode, "sft_exports": sft_exports}
         return render(request, "trajectories/recording_detail.html", context)
-    view = selectors_episode.episode_view(episode=episode)
+    view = episode_view(episode=episode)
     context = {"view": view, "episode": episode, "sft_exports": sft_exports}
     return render(request, "trajectories/episode_detail.html", context)
 
@@ -117,7 +124,7 @@ def episode_document(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "episode": episode,
         "document": document,
-        "info": selectors_episode.document_in_episode(episode=episode, document=document),
+        "info": document_in_episode(episode=episode, document=document),
     }
     return render(request, _fragment_or_page(request, "document"), context)
 
@@ -135,7 +142,7 @@ def _fragment_or_page(request: HttpRequest, name: str) -> str:
 @browse_required
 @require_GET
 def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    view = selectors_ui.group_view(pk=pk)
+    view = group_view(pk=pk)
     if view is None:
         raise Http404("no such group")
     return render(request, "trajectories/group_detail.html", {"view": view})
@@ -154,7 +161,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         error = "Choose two episodes: /compare/?a=<episode id>&b=<episode id>."
         return render(request, "trajectories/compare.html", {"error": error}, status=400)
     try:
-        view = selectors_episode.compare_view(a_pk=a, b_pk=b)
-    except selectors_episode.CompareError as exc:
+        view = compare_view(a_pk=a, b_pk=b)
+    except CompareError as exc:
         return render(request, "trajectories/compare.html", {"error": str(exc)}, status=400)
     return render(request, "trajectories/compare.html", {"view": view})

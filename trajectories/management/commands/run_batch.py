@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import BatchStatus, RolloutBatch
 from trajectories.prefixes import PrefixFileError, prefixes_read
-from trajectories.selectors.rollouts import batch_summary
+from trajectories.selectors.batches import batch_summary
 from trajectories.services.rollouts import BatchParameterError, batch_create
 
 FINISHED = (BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.CANCELLED)

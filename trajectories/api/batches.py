@@ -1,0 +1,72 @@
+"""The API for rollout batches: researchers launch and cancel them; everyone follows progress.
+
+Thin views: an input serializer checks types, a service does the work, an output
+serializer answers. Errors name the field: `{"max_turns": ["max_turns must be …"]}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+
+from harness_app.api import ResearcherWrites, request_user
+from trajectories.models import RolloutBatch
+from trajectories.selectors import batches
+from trajectories.serializers import (
+    BatchCancelSerializer,
+    BatchCreateSerializer,
+    BatchSerializer,
+    BatchStatusSerializer,
+)
+from trajectories.services import rollouts
+
+
+class BatchViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[RolloutBatch]
+):
+    """Rollout batches: researchers launch and cancel them; everyone follows progress."""
+
+    permission_classes = [ResearcherWrites]
+
+    def get_queryset(self) -> QuerySet[RolloutBatch]:
+        return RolloutBatch.objects.select_related("benchmark", "policy", "created_by").order_by(
+            "-pk"
+        )
+
+    def get_serializer_class(self) -> Any:
+        return BatchStatusSerializer if self.action == "retrieve" else BatchSerializer
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Status and progress, termination reasons, first errors and metric means."""
+        batch = self.get_object()
+        summary = batches.batch_summary(batch=batch)
+        return Response(BatchStatusSerializer(batch, context={"summary": summary}).data)
+
+    @extend_schema(request=BatchCreateSerializer, responses={201: BatchSerializer})
+    def create(self, request: Request) -> Response:
+        """Create the batch and queue one task per episode once it is committed."""
+        form = BatchCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            batch = rollouts.batch_create(created_by=request_user(request), **form.validated_data)
+        except rollouts.BatchParameterError as exc:
+            field = exc.field or api_settings.NON_FIELD_ERRORS_KEY
+            raise ValidationError({field: [str(exc)]}) from None
+        return Response(BatchSerializer(batch).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: BatchCancelSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        """Pending episodes never start; running ones stop after their current turn."""
+        batch = self.get_object()
+        cancelled = rollouts.batch_cancel(batch=batch)
+        batch.refresh_from_db()
+        return Response({"cancelled": cancelled, "status": batch.status})

@@ -1,0 +1,194 @@
+"""Reads for batches and their groups: one batch's progress and means, its groups page,
+and a group's samples side by side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Avg, Count, F, Q, QuerySet, StdDev
+
+from harness_app.models import Qrel
+from trajectories.models import CuratedItem, Episode, EpisodeStatus, RolloutBatch, RolloutGroup
+
+GROUPS_PER_PAGE = 50
+AGGREGATE_FIELDS = (
+    "curated_recall",
+    "trajectory_recall",
+    "final_answer_recall",
+    "tool_diversity",
+    "turns",
+    "format_errors",
+    "reward",
+)
+
+
+def batch_get(*, pk: int) -> RolloutBatch | None:
+    return (
+        RolloutBatch.objects.select_related("benchmark", "policy", "created_by")
+        .filter(pk=pk)
+        .first()
+    )
+
+
+def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
+    """Progress and the mean of each metric over the batch's completed episodes."""
+    batch.refresh_from_db()
+    completed = Episode.objects.filter(batch=batch, status=EpisodeStatus.COMPLETED)
+    # Aliases must not shadow the model's field names, or StdDev("reward") would see the
+    # Avg aggregate instead of the column.
+    raw = completed.aggregate(
+        n=Count("pk"),
+        **{f"mean_{name}": Avg(name) for name in AGGREGATE_FIELDS},
+        std_reward=StdDev("reward"),
+    )
+    means = {key.removeprefix("mean_"): value for key, value in raw.items()}
+    means["reward_std"] = means.pop("std_reward")
+    reasons = dict(
+        Episode.objects.filter(batch=batch)
+        .exclude(termination_reason="")
+        .values_list("termination_reason")
+        .annotate(n=Count("pk"))
+        .values_list("termination_reason", "n")
+    )
+    failed = Episode.objects.filter(batch=batch).filter(
+        Q(status=EpisodeStatus.FAILED) | Q(status=EpisodeStatus.CANCELLED)
+    )
+    return {
+        "batch": batch.pk,
+        "status": batch.status,
+        "benchmark": batch.benchmark.name,
+        "policy": batch.policy.name,
+        "ablation": batch.ablation_label,
+        "episodes_total": batch.episodes_total,
+        "episodes_completed": batch.episodes_completed,
+        "episodes_failed": batch.episodes_failed,
+        "termination_reasons": reasons,
+        "errors": list(failed.exclude(error="").values_list("error", flat=True)[:5]),
+        "metrics": rounded(means),
+    }
+
+
+def batch_metrics(*, batch: RolloutBatch) -> dict[str, Any]:
+    """Means over the batch's completed episodes and its termination reasons: two queries."""
+    done = Q(status=EpisodeStatus.COMPLETED)
+    means = Episode.objects.filter(batch=batch).aggregate(
+        n=Count("pk", filter=done),
+        mean_curated_recall=Avg("curated_recall", filter=done),
+        mean_final_answer_recall=Avg("final_answer_recall", filter=done),
+        mean_trajectory_recall=Avg("trajectory_recall", filter=done),
+        mean_tool_diversity=Avg("tool_diversity", filter=done),
+        mean_turns=Avg("turns", filter=done),
+        mean_reward=Avg("reward", filter=done),
+        std_reward=StdDev("reward", filter=done),
+    )
+    reasons = (
+        Episode.objects.filter(batch=batch)
+        .exclude(termination_reason="")
+        .values_list("termination_reason")
+        .annotate(n=Count("pk"))
+        .order_by("-n")
+    )
+    return {"means": rounded(means), "reasons": list(reasons)}
+
+
+def batch_groups_page(*, batch: RolloutBatch, page: int | str | None) -> Page[Any]:
+    """The batch's groups with their query and reward spread: a COUNT and one query."""
+    done = Q(episodes__status=EpisodeStatus.COMPLETED)
+    groups: QuerySet[Any] = (
+        RolloutGroup.objects.filter(batch=batch)
+        .select_related("query")
+        .defer("prefix_messages", "query__metadata")
+        .annotate(
+            n_completed=Count("episodes", filter=done),
+            mean_reward=Avg("episodes__reward", filter=done),
+            std_reward=StdDev("episodes__reward", filter=done),
+            mean_curated_recall=Avg("episodes__curated_recall", filter=done),
+        )
+        .order_by("pk")
+    )
+    return Paginator(groups, GROUPS_PER_PAGE).get_page(page)
+
+
+# --- a group ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CuratedDoc:
+    doc_id: str
+    tag: str
+    grade: int | None  # the qrel grade; None when unjudged
+
+
+@dataclass(frozen=True)
+class GroupSample:
+    episode: Episode
+    advantage: float | None  # reward minus the group's mean reward
+    curated: list[CuratedDoc]
+
+
+@dataclass(frozen=True)
+class GroupView:
+    group: RolloutGroup
+    samples: list[GroupSample]
+    mean_reward: float | None
+    gold: dict[str, int]  # document external id -> grade, relevant ones only
+
+
+def group_view(*, pk: int) -> GroupView | None:
+    """A group's samples, best reward first, with advantages and final curated sets.
+
+    Four queries: the group, its episodes, their curated items, the query's qrels.
+    """
+    group = (
+        RolloutGroup.objects.select_related("batch__benchmark", "batch__policy", "query")
+        .filter(pk=pk)
+        .first()
+    )
+    if group is None:
+        return None
+    episodes = list(
+        Episode.objects.filter(group=group).order_by(
+            F("reward").desc(nulls_last=True), "sample_index"
+        )
+    )
+    rewards = [e.reward for e in episodes if e.reward is not None]
+    mean = sum(rewards) / len(rewards) if rewards else None
+    grades = query_grades(query_id=group.query_id)
+    curated = _curated_by_episode(group, grades)
+    samples = [
+        GroupSample(
+            episode=e,
+            advantage=None if e.reward is None or mean is None else e.reward - mean,
+            curated=curated.get(e.pk, []),
+        )
+        for e in episodes
+    ]
+    gold = {doc: grade for doc, grade in grades.items() if grade > 0}
+    return GroupView(group=group, samples=samples, mean_reward=mean, gold=gold)
+
+
+def _curated_by_episode(group: RolloutGroup, grades: dict[str, int]) -> dict[int, list[CuratedDoc]]:
+    rows = (
+        CuratedItem.objects.filter(episode__group=group)
+        .order_by("episode_id", "added_turn", "pk")
+        .values_list("episode_id", "document__external_id", "tag")
+    )
+    out: dict[int, list[CuratedDoc]] = {}
+    for episode_id, doc_id, tag in rows:
+        out.setdefault(episode_id, []).append(CuratedDoc(doc_id, tag, grades.get(doc_id)))
+    return out
+
+
+def query_grades(*, query_id: int | None) -> dict[str, int]:
+    """Document external id -> qrel grade for one query (none for a recorded episode)."""
+    if query_id is None:
+        return {}
+    rows = Qrel.objects.filter(query_id=query_id).values_list("document__external_id", "grade")
+    return dict(rows)
+
+
+def rounded(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its floats to four places, as the pages and the API show figures."""
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}

@@ -1,0 +1,93 @@
+"""Reads for the dashboard: recent batches and the means per benchmark × policy × ablation
+that its charts and ablation table show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Avg, Count, F, Q
+
+from trajectories.models import BatchStatus, Episode, EpisodeKind, EpisodeStatus, RolloutBatch
+from trajectories.selectors.batches import rounded
+
+ACTIVE_BATCH = (BatchStatus.QUEUED, BatchStatus.RUNNING)
+
+
+def batches_recent(*, limit: int = 10) -> list[RolloutBatch]:
+    batches = RolloutBatch.objects.select_related("benchmark", "policy", "created_by")
+    return list(batches.order_by("-created_at", "-pk")[:limit])
+
+
+def batches_any_active(batches: list[RolloutBatch]) -> bool:
+    return any(b.status in ACTIVE_BATCH for b in batches)
+
+
+def condition_rows() -> list[dict[str, Any]]:
+    """Means per benchmark × policy × ablation over completed episodes, plus failures.
+
+    One GROUP BY over the episodes; the dashboard's charts and ablation table both read it.
+    """
+    done = Q(status=EpisodeStatus.COMPLETED)
+    rows = (
+        # Recorded episodes have no benchmark, policy or ablation to compare by.
+        Episode.objects.filter(kind=EpisodeKind.ROLLOUT)
+        .values(
+            benchmark=F("batch__benchmark__name"),
+            policy=F("batch__policy__name"),
+            ablation=F("batch__ablation_label"),
+        )
+        # Aliases must not shadow Episode's columns, or Avg would read the aggregate.
+        .annotate(
+            n=Count("pk", filter=done),
+            errors=Count("pk", filter=Q(status=EpisodeStatus.FAILED)),
+            mean_curated_recall=Avg("curated_recall", filter=done),
+            mean_trajectory_recall=Avg("trajectory_recall", filter=done),
+            mean_final_answer_recall=Avg("final_answer_recall", filter=done),
+            mean_tool_diversity=Avg("tool_diversity", filter=done),
+            mean_turns=Avg("turns", filter=done),
+            mean_reward=Avg("reward", filter=done),
+        )
+        .order_by("benchmark", "policy", "ablation")
+    )
+    return [rounded(row) for row in rows]
+
+
+def dashboard_data() -> dict[str, Any]:
+    """The dashboard's rollout sections: recent batches, per-condition means, charts."""
+    batches = batches_recent()
+    rows = condition_rows()
+    return {
+        "batches": batches,
+        "any_active": batches_any_active(batches),
+        "conditions": rows,
+        "charts": dashboard_charts(rows),
+    }
+
+
+def dashboard_charts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The three recall charts' data: one series per ablation over benchmark · policy."""
+    conditions = sorted({f"{r['benchmark']} · {r['policy']}" for r in rows})
+    ablations = sorted({r["ablation"] for r in rows})
+    metrics = ("curated_recall", "final_answer_recall", "trajectory_recall")
+    charts: dict[str, Any] = {"conditions": conditions, "metrics": {}}
+    for metric in metrics:
+        series = []
+        for ablation in ablations:
+            by_condition = {
+                f"{r['benchmark']} · {r['policy']}": r
+                for r in rows
+                if r["ablation"] == ablation and r["n"]
+            }
+            series.append(
+                {
+                    "name": ablation,
+                    "y": [_mean_or_none(by_condition.get(c), metric) for c in conditions],
+                    "n": [by_condition[c]["n"] if c in by_condition else 0 for c in conditions],
+                }
+            )
+        charts["metrics"][metric] = series
+    return charts
+
+
+def _mean_or_none(row: dict[str, Any] | None, metric: str) -> float | None:
+    return None if row is None else row[f"mean_{metric}"]
