@@ -124,11 +124,3 @@ def saved_filters_of(*, user: Any) -> list[SavedFilter]:
     if not getattr(user, "pk", None):
         return []
     return list(SavedFilter.objects.filter(user_id=user.pk).order_by("name"))
-
-
-def termination_reasons() -> list[str]:
-    """The reasons recorded so far, for the filter's choices (one indexed DISTINCT)."""
-    rows = Episode.objects.exclude(termination_reason="").values_list(
-        "termination_reason", flat=True
-    )
-    return sorted(set(rows.order_by().distinct()))
