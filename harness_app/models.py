@@ -2,7 +2,7 @@
 
 A corpus is identified by its content hash (the same sha256 the retrieval index records),
 so two benchmarks over the same documents share one Corpus row and one index. Rows are
-written by harness_app/services.py only; see docs/corpora.md for the import flow.
+written by harness_app/services/ only; see docs/corpora.md for the import flow.
 """
 
 from __future__ import annotations

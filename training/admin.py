@@ -1,5 +1,5 @@
 """Exports and RL jobs in the admin: read-only, because both are records of what a model
-was trained on; they change only through training/services*.py."""
+was trained on; they change only through training/services/."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ class ExportFormat(models.TextChoices):
 
 class SFTExport(models.Model):
     """One export. Once done, its file and rows are never rewritten: a new export is a
-    new row and a new file (training/services.py refuses to run a finished one again)."""
+    new row and a new file (training/services/sft_exports.py refuses to run a finished one
+    again)."""
 
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

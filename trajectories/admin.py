@@ -1,7 +1,7 @@
 """Rollout records in the admin, view-only: they are evidence (harness_app/admin_base.py).
 
-Every write goes through services.py, annotations.py, services_ui.py or recording.py, which
-keep the denormalised columns (batch progress, an episode's annotation status) true. The
+Every write goes through the modules of trajectories/services/, which keep the denormalised
+columns (batch progress, an episode's annotation status) true. The
 changelists must stay fast with 100,000 episodes and millions of turns and model calls:
 related rows come in the same query (`list_select_related`), filters are on choice columns
 (no DISTINCT scan over the table), pages order by primary key, big JSON and token columns

@@ -78,7 +78,7 @@ class EpisodeKind(models.TextChoices):
 
 
 class AnnotationStatus(models.TextChoices):
-    """An episode's verdict over all its annotations (trajectories.annotations keeps it)."""
+    """An episode's verdict over all its annotations (kept by services/annotations.py)."""
 
     NONE = "none", "Not annotated"
     APPROVED = "approved", "Approved"
@@ -176,7 +176,7 @@ class Episode(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Denormalised from the annotations by trajectories.annotations, so list filters, the
+    # Denormalised from the annotations by trajectories.services.annotations, so list filters, the
     # annotation queue and SFT exports read one indexed column.
     annotation_status = models.CharField(
         max_length=16, choices=AnnotationStatus.choices, default=AnnotationStatus.NONE
@@ -285,7 +285,7 @@ class ModelCall(models.Model):
     policy_version = models.CharField(max_length=100, blank=True)
     error = models.TextField(blank=True)
     # Recorded calls only: a fingerprint of the system prompt, which tells the main agent
-    # from its subagents (trajectories/recording.py), and whether the call never completed
+    # from its subagents (trajectories/services/recording.py), and whether the call never completed
     # (upstream unreachable, a broken stream, missing token ids), which makes the session
     # non-trainable.
     agent = models.CharField(max_length=16, blank=True)
@@ -391,7 +391,7 @@ class Verification(models.Model):
         return f"{self.verdict}: {self.claim[:60]}"
 
 
-# --- annotations (written by trajectories/annotations.py only) ---------------------------
+# --- annotations (written by trajectories/services/annotations.py only) ------------------
 
 
 class AnnotationLabel(models.TextChoices):
@@ -524,7 +524,7 @@ class AnnotationEvent(models.Model):
         return f"{self.kind} on episode {self.episode_id} by {self.actor_id}"
 
 
-# --- saved episode-list filters (written by trajectories/services_ui.py only) -------------------
+# --- saved episode-list filters (written by trajectories/services/saved_filters.py only) --------
 
 
 class SavedFilter(models.Model):
@@ -547,7 +547,7 @@ class SavedFilter(models.Model):
         return f"{self.name}: ?{self.query_string}"
 
 
-# --- recording sessions (written by trajectories/recording.py only) --------------------------
+# --- recording sessions (written by trajectories/services/recording.py only) -----------------
 
 
 class RecordingSession(models.Model):

@@ -6,7 +6,7 @@ forwarded to the one upstream in settings (PROXY_UPSTREAM_URL): nothing in the r
 forwarded. The request gains `return_token_ids` and `logprobs`; the answer loses them
 again unless the caller asked (harness_app/harness/llm/proxy_protocol.py), and is
 otherwise passed through as the upstream sent it, streamed or not. Every call, whole or
-aborted, is recorded under the session (trajectories/recording.py).
+aborted, is recorded under the session (trajectories/services/recording.py).
 
 The key in the path is the credential, so these views need no login and no CSRF token.
 """

@@ -69,7 +69,7 @@ def test_no_app_module_passes_the_size_limit() -> None:
 
 
 def test_no_role_topic_module_families_remain() -> None:
-    # selectors_ui.py beside selectors_episode.py: a package (selectors/ui.py) instead
+    # selectors_list.py beside selectors_episode.py: a package (selectors/list.py) instead
     roles = ("selectors", "services", "views", "api", "tasks", "forms", "serializers")
     families = [
         str(m)

@@ -74,7 +74,7 @@ def rl_samples_for_batch(
     return build
 
 
-# --- recorded sessions (trajectories/recording.py) -------------------------------------------
+# --- recorded sessions (trajectories/services/recording.py) --------------------------------
 
 
 def rl_episodes_for_recordings(*, task: str) -> tuple[list[EpisodeCalls], list[Exclusion]]:
