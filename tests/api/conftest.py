@@ -4,7 +4,7 @@ import pytest
 from django.core.cache import cache
 
 from harness_app.roles import Role
-from tests.api import factories
+from tests import factories
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api import factories
+from tests import factories
 from trajectories.models import Annotation, AnnotationBulkAction
 
 pytestmark = pytest.mark.django_db

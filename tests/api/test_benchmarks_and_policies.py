@@ -9,7 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from harness_app.models import ImportJob, PolicyConfig
-from tests.api.factories import DEMO_DIR
+from tests.factories import DEMO_DIR
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api import factories
+from tests import factories
 from trajectories.models import Episode, ModelCall, Turn, pack_floats, pack_ints
 from trajectories.selectors.rollouts import turn_states
 from trajectories.services.annotations import annotation_label

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api import factories
+from tests import factories
 from training.models import SFTExport
 from training.services.sft_exports import sft_export_create, sft_export_run
 from trajectories.services.annotations import annotation_bulk_apply

@@ -7,7 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from harness_app.models import ImportJob
 from harness_app.services import import_job_create
-from tests.api import factories
+from tests import factories
 from trajectories.models import Annotation, AnnotationBulkAction
 from trajectories.services.annotations import annotation_bulk_apply
 

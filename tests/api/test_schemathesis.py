@@ -16,7 +16,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 
 from config.wsgi import application
-from tests.api import factories
+from tests import factories
 
 schemathesis = pytest.importorskip("schemathesis", reason="needs schemathesis")
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from harness_app.models import PolicyConfig, PolicyKind
 from harness_app.roles import Role
 from harness_app.services import user_ensure
-from tests.api import factories
+from tests import factories
 from tests.browser.conftest import login
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLStep, RLStepStatus
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
 from harness_app.roles import Role
-from tests.api import factories
+from tests import factories
 from tests.training_rl.rl_fixtures import job_create, rollouts_finish
 from training.models import RLJob, RLJobStatus, RLStep
 from training.services.rl_jobs import rl_job_advance

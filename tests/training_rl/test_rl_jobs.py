@@ -14,7 +14,7 @@ import pytest
 from django.test import override_settings
 
 from harness_app.models import PolicyConfig, PolicyKind
-from tests.api import factories
+from tests import factories
 from tests.training_rl.rl_fixtures import job_create, rollouts_finish, step_batch
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLStepStatus
 from training.services import rl_jobs as services_rl

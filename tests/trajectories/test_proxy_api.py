@@ -8,7 +8,7 @@ import pytest
 from django.core.cache import cache
 
 from harness_app.roles import Role
-from tests.api import factories
+from tests import factories
 from tests.trajectories.fake_upstream import FakeUpstream
 from trajectories.models import EpisodeStatus, RecordingSession
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from harness_app.roles import Role
-from tests.api import factories
+from tests import factories
 from tests.trajectories.fake_upstream import FakeUpstream, sampled
 from training.models import ExportStatus
 from training.rl.samples import rl_samples_for_recordings

@@ -16,7 +16,7 @@ from trajectories.models import Episode, EpisodeStatus, RolloutBatch, RolloutGro
 from trajectories.rollout import episode_run
 from trajectories.services.rollouts import batch_create
 
-DEMO_DIR = Path(__file__).resolve().parents[2] / "harness_app" / "demo_data"
+DEMO_DIR = Path(__file__).resolve().parents[1] / "harness_app" / "demo_data"
 
 
 def demo_benchmark() -> Benchmark:
