@@ -80,7 +80,7 @@ def serve_gunicorn(threads: int, upstream_url: str) -> tuple[subprocess.Popen[by
 
 
 def _upstream_process(conn: Any) -> None:
-    from tests.trajectories.fake_upstream import FakeUpstream
+    from tests.fakes.openai_server import FakeUpstream
 
     with FakeUpstream(keep_requests=False) as upstream:
         conn.send(upstream.base_url)

@@ -40,7 +40,7 @@ def scifact_dir(shared_data: Path) -> Path:
     return path
 
 
-pytest_plugins = ["tests.workers", "tests.browser_fixtures"]
+pytest_plugins = ["tests.workers", "tests.chromium"]
 
 
 @pytest.fixture

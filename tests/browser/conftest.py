@@ -1,6 +1,6 @@
-"""The browser fixtures live in tests/browser_fixtures.py, registered for the whole suite in
+"""The browser fixtures live in tests/chromium.py, registered for the whole suite in
 tests/conftest.py, so every test module shares one Chromium; `login` is re-exported here."""
 
-from tests.browser_fixtures import login
+from tests.chromium import login
 
 __all__ = ["login"]

@@ -10,7 +10,7 @@ from harness_app.importers import ImportProgress
 from harness_app.models import ImportJob, ImportStatus
 from harness_app.roles import Role
 from harness_app.services import ProgressFile, user_ensure
-from tests.browser_fixtures import login
+from tests.chromium import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -15,7 +15,7 @@ from django.test import override_settings
 
 from harness_app.models import PolicyConfig, PolicyKind
 from tests import factories
-from tests.training_rl.rl_fixtures import job_create, rollouts_finish, step_batch
+from tests.training_rl.jobs import job_create, rollouts_finish, step_batch
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLStepStatus
 from training.services import rl_jobs as services_rl
 from training.services.rl_jobs import RLJobError, rl_job_advance
@@ -26,7 +26,7 @@ from trajectories.models import (
 from trajectories.services.rollouts import batch_cancel
 
 # lora_server, weights_dir, llm_policy
-pytest_plugins = ["tests.training_rl.rl_fixtures"]
+pytest_plugins = ["tests.training_rl.jobs"]
 pytestmark = pytest.mark.django_db
 
 

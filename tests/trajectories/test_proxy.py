@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from tests.trajectories.fake_upstream import FakeUpstream, render, sampled
+from tests.fakes.openai_server import FakeUpstream, render, sampled
 from trajectories.models import EpisodeKind, EpisodeStatus, ModelCall, RecordingSession
 from trajectories.selectors.recording import recording_trajectory
 from trajectories.services.recording import (

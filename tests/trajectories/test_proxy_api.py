@@ -9,7 +9,7 @@ from django.core.cache import cache
 
 from harness_app.roles import Role
 from tests import factories
-from tests.trajectories.fake_upstream import FakeUpstream
+from tests.fakes.openai_server import FakeUpstream
 from trajectories.models import EpisodeStatus, RecordingSession
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ import pytest
 
 from harness_app.roles import Role
 from tests import factories
-from tests.trajectories.fake_upstream import FakeUpstream, sampled
+from tests.fakes.openai_server import FakeUpstream, sampled
 from training.models import ExportStatus
 from training.rl.samples import rl_samples_for_recordings
 from training.services.sft_exports import sft_export_create, sft_export_run
