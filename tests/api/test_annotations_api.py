@@ -11,8 +11,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ran(benchmark, policy):
-    return factories.run_batch(benchmark, policy, queries=3)
+def ran(demo_benchmark, baseline_policy):
+    return factories.run_batch(demo_benchmark, baseline_policy, queries=3)
 
 
 def test_annotator_labels_an_episode(annotator_api, ran):

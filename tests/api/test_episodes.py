@@ -13,8 +13,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ran(benchmark, policy):
-    return factories.run_batch(benchmark, policy, queries=2)
+def ran(demo_benchmark, baseline_policy):
+    return factories.run_batch(demo_benchmark, baseline_policy, queries=2)
 
 
 def _ids(response) -> list[int]:

@@ -47,8 +47,8 @@ def keep_connection():
 
 
 @pytest.fixture
-def world(keep_connection, benchmark, policy, researcher):
-    batch = factories.run_batch(benchmark, policy, queries=1)
+def world(keep_connection, demo_benchmark, baseline_policy, researcher):
+    batch = factories.run_batch(demo_benchmark, baseline_policy, queries=1)
     return {"batch": batch, "token": factories.client_for(researcher)._credentials}
 
 

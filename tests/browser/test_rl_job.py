@@ -11,7 +11,7 @@ from harness_app.models import PolicyConfig, PolicyKind
 from harness_app.roles import Role
 from harness_app.services import user_ensure
 from tests import factories
-from tests.browser.conftest import login
+from tests.chromium import login
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLStep, RLStepStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

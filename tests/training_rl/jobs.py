@@ -1,17 +1,9 @@
-"""The RL job tests' fixtures: a fake of vLLM's runtime LoRA endpoints, a folder that
-passes for model weights, a job on the demo benchmark, and rollouts written on paper."""
+"""Builders for the RL job tests: a job on a benchmark, and its rollouts written on paper."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from harness_app.models import PolicyConfig, PolicyKind
 from training.models import RLJob
 from training.services.rl_jobs import RLJobSettings, rl_job_create
 from trajectories.models import (
@@ -22,87 +14,6 @@ from trajectories.models import (
     pack_floats,
     pack_ints,
 )
-
-
-class FakeLoraServer:
-    """GET /v1/models and the runtime LoRA endpoints, as vLLM answers them."""
-
-    def __init__(self) -> None:
-        self.models = {"smollm2"}
-        self.loads: list[dict[str, str]] = []
-        self.unloads: list[str] = []
-        self.authorizations: list[str | None] = []  # each request's Authorization header
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self, code: int, payload: Any) -> None:
-                body = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                fake.authorizations.append(self.headers.get("Authorization"))
-                self._answer(200, {"data": [{"id": m} for m in sorted(fake.models)]})
-
-            def do_POST(self) -> None:
-                fake.authorizations.append(self.headers.get("Authorization"))
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path.endswith("/load_lora_adapter"):
-                    if body["lora_name"] in fake.models:
-                        return self._answer(400, {"error": "already loaded"})
-                    fake.loads.append(body)
-                    fake.models.add(body["lora_name"])
-                elif self.path.endswith("/unload_lora_adapter"):
-                    fake.unloads.append(body["lora_name"])
-                    fake.models.discard(body["lora_name"])
-                self._answer(200, {})
-
-        return Handler
-
-
-@pytest.fixture
-def lora_server():
-    server = FakeLoraServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def weights_dir(tmp_path: Path) -> Path:
-    """A folder that looks like model weights to the create checks (the trainer is never
-    started on it)."""
-    (tmp_path / "config.json").write_text("{}")
-    return tmp_path
-
-
-@pytest.fixture
-def llm_policy(lora_server) -> PolicyConfig:
-    return PolicyConfig.objects.create(
-        name="smollm2",
-        kind=PolicyKind.OPENAI,
-        base_url=lora_server.base_url,
-        model="smollm2",
-        tool_call_format="json_schema",
-        sampling={"temperature": 1.0, "max_tokens": 64},
-    )
 
 
 def job_create(benchmark, policy, model_dir, **settings: Any) -> RLJob:

@@ -15,8 +15,6 @@ from tests.training_rl.jobs import job_create, rollouts_finish
 from training.models import RLJob, RLJobStatus, RLStep
 from training.services.rl_jobs import rl_job_advance
 
-# researcher_client, annotator_client; lora_server, weights_dir
-pytest_plugins = ["tests.trajectories.ui_fixtures", "tests.training_rl.jobs"]
 pytestmark = pytest.mark.django_db
 
 LOGIN_QUERIES = 3  # session, user, the user's groups

@@ -25,8 +25,6 @@ from trajectories.models import (
 )
 from trajectories.services.rollouts import batch_cancel
 
-# lora_server, weights_dir, llm_policy
-pytest_plugins = ["tests.training_rl.jobs"]
 pytestmark = pytest.mark.django_db
 
 
