@@ -1,11 +1,11 @@
 """The recording proxy's cost: latency it adds per call, and calls per second it sustains.
 
-The upstream is a canned vLLM-shaped server on 127.0.0.1 (tests/trajectories/
-fake_upstream.py, in its own process) answering at once, so its time is known: the same
-calls are sent to it directly and through the proxy, and the difference is what the proxy
-adds (authenticate, parse, forward, record the call, strip, answer). The proxy is served
-as in production: gunicorn, one gthread worker, DEBUG off, against the configured
-database (SQLite in a temporary HARNESS_DATA_DIR unless DATABASE_URL is set).
+The upstream is a canned vLLM-shaped server on 127.0.0.1 (tests/fakes/openai_server.py,
+in its own process) answering at once, so its time is known: the same calls are sent to it
+directly and through the proxy, and the difference is what the proxy adds (authenticate,
+parse, forward, record the call, strip, answer). The proxy is served as in production:
+gunicorn, one gthread worker, DEBUG off, against the configured database (SQLite in a
+temporary HARNESS_DATA_DIR unless DATABASE_URL is set).
 
     .venv/bin/python bench/bench_proxy.py [--calls 300] [--prompt-chars 8000]
         [--threads 8] [--seconds 10]
@@ -80,9 +80,9 @@ def serve_gunicorn(threads: int, upstream_url: str) -> tuple[subprocess.Popen[by
 
 
 def _upstream_process(conn: Any) -> None:
-    from tests.trajectories.fake_upstream import FakeUpstream
+    from tests.fakes.openai_server import FakeOpenAIServer
 
-    with FakeUpstream(keep_requests=False) as upstream:
+    with FakeOpenAIServer(keep_requests=False) as upstream:
         conn.send(upstream.base_url)
         conn.recv()  # until the bench is done
 

@@ -1,19 +1,30 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by the test packages: one definition each.
+
+A fixture used by one package only lives in that package's conftest.py; builders that are
+plain functions live in tests/factories.py, the fake model server in tests/fakes/.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from django.core.cache import cache
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness_app.models import Benchmark, PolicyConfig
+from harness_app.roles import Role
+from harness_app.services.benchmarks import benchmark_import
+from tests import factories
+from tests.chromium import LAUNCH_ARGS, ConsoleWatcher, chromium_path
+from tests.paths import shared_data_root
+from tests.workers import LiveWorker, start_worker
+from trajectories.models import Episode, RolloutBatch
 
-
-def shared_data_root() -> Path:
-    """../shared/data beside the project, or HARNESS_SHARED_DATA when set."""
-    override = os.environ.get("HARNESS_SHARED_DATA")
-    return Path(override) if override else (ROOT.parent / "shared" / "data").resolve()
+# --- shared benchmark data and the real model server ---------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -40,12 +51,151 @@ def scifact_dir(shared_data: Path) -> Path:
     return path
 
 
-pytest_plugins = ["tests.workers", "tests.browser_fixtures"]
-
-
 @pytest.fixture
 def served_model() -> str:
     """The real vLLM server's base model (tests/vllm.py); use with `needs_vllm`."""
     from tests.vllm import base_model
 
     return base_model()
+
+
+# --- users and clients ---------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttle_counts() -> Iterator[None]:
+    # The API's throttle counts live in the cache; each test starts with none.
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def researcher(db: None) -> Any:
+    return factories.user("rita", Role.RESEARCHER)
+
+
+@pytest.fixture
+def annotator(db: None) -> Any:
+    return factories.user("anna", Role.ANNOTATOR)
+
+
+@pytest.fixture
+def researcher_client(client: Any, researcher: Any) -> Any:
+    client.force_login(researcher)
+    return client
+
+
+@pytest.fixture
+def annotator_client(client: Any, annotator: Any) -> Any:
+    client.force_login(annotator)
+    return client
+
+
+@pytest.fixture
+def researcher_api(researcher: Any) -> Any:
+    return factories.client_for(researcher)
+
+
+@pytest.fixture
+def annotator_api(annotator: Any) -> Any:
+    return factories.client_for(annotator)
+
+
+@pytest.fixture
+def anonymous_api() -> Any:
+    return factories.client_for(None)
+
+
+# --- the demo benchmark and episodes played on it ------------------------------------------
+
+
+@pytest.fixture
+def demo_benchmark(db: None) -> Benchmark:
+    return factories.demo_benchmark()
+
+
+@pytest.fixture
+def baseline_policy(db: None) -> PolicyConfig:
+    return factories.baseline_policy()
+
+
+@pytest.fixture
+def ran_batch(demo_benchmark: Benchmark, baseline_policy: PolicyConfig) -> RolloutBatch:
+    """Two queries × two samples of the baseline policy on the demo benchmark."""
+    return factories.batch_played(
+        demo_benchmark, baseline_policy, query_limit=2, samples_per_query=2
+    )
+
+
+@pytest.fixture
+def episode(ran_batch: RolloutBatch) -> Episode:
+    return ran_batch.episodes.select_related("query").order_by("pk").first()
+
+
+@pytest.fixture
+def hostile_episode(tmp_path: Path, baseline_policy: PolicyConfig) -> Episode:
+    """A real episode over hostile documents, plus a hostile model reply and observation."""
+    result = benchmark_import(
+        path=factories.write_hostile_demo(tmp_path / "hostile"), name="hostile", fmt="beir"
+    )
+    benchmark = Benchmark.objects.get(pk=result.benchmark_id)
+    batch = factories.batch_played(benchmark, baseline_policy, query_limit=1)
+    episode = batch.episodes.get()
+    turn = episode.turn_rows.get(index=1)
+    turn.observation += f"\n{factories.IMG} <a href='{factories.JS_URL}'>click</a>"
+    turn.save(update_fields=["observation"])
+    factories.model_call_create(
+        episode,
+        turn_index=1,
+        content=f"I think {factories.SCRIPT}{factories.IMG}",
+        token_text=factories.SCRIPT,
+    )
+    return episode
+
+
+@pytest.fixture
+def new_model_call() -> Any:
+    """factories.model_call_create, for the modules that take their helpers as fixtures."""
+    return factories.model_call_create
+
+
+@pytest.fixture
+def payloads() -> SimpleNamespace:
+    return SimpleNamespace(
+        script=factories.SCRIPT, img=factories.IMG, js_url=factories.JS_URL, all=factories.PAYLOADS
+    )
+
+
+# --- a real Celery worker and a real Chromium ----------------------------------------------
+
+
+@pytest.fixture
+def live_worker(tmp_path: Path, transactional_db: None) -> Iterator[LiveWorker]:
+    worker = start_worker(tmp_path)
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    path = chromium_path()
+    if path is None:
+        pytest.skip("no Chromium found (apt-get install chromium, or set CHROMIUM_PATH)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    # Playwright's sync API runs an event loop in the test thread, so Django's async-safety
+    # guard must be told the ORM calls the tests make there (creating users) are fine.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with playwright_api.sync_playwright() as pw:
+        instance = pw.chromium.launch(executable_path=path, headless=True, args=LAUNCH_ARGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.console_watcher = ConsoleWatcher(page)
+    yield page
+    context.close()

@@ -4,6 +4,7 @@ The worker runs the project's Celery app in a subprocess against the test databa
 SQLite test database is a file for this reason; on PostgreSQL the worker connects to
 `test_<name>`) and the configured broker: Redis in CI, the filesystem transport locally.
 Tests using it need `django_db(transaction=True)` so their rows are committed and visible.
+The `live_worker` fixture (tests/conftest.py) gives a test one worker for its duration.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from tests.conftest import ROOT
+from tests.paths import ROOT
 
 
 class LiveWorker:
@@ -35,6 +35,19 @@ class LiveWorker:
         """SIGKILL the whole worker (main process and pool children), as a crash would."""
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Shut the worker down warm, or kill it when that takes too long."""
+        if self.process.poll() is not None:
+            return
+        # SIGTERM to the main process only: it shuts its pool down itself. Signalling the
+        # whole group kills the pool children under it and the warm shutdown then hangs
+        # until the timeout below.
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
 
 def start_worker(
@@ -91,21 +104,6 @@ def start_worker(
             raise RuntimeError(f"Celery worker did not start:\n{worker.log()[-4000:]}")
         time.sleep(0.2)
     return worker
-
-
-@pytest.fixture
-def live_worker(tmp_path: Path, transactional_db: None) -> Iterator[LiveWorker]:
-    worker = start_worker(tmp_path)
-    yield worker
-    if worker.process.poll() is None:
-        # SIGTERM to the main process only: it shuts its pool down itself. Signalling the
-        # whole group kills the pool children under it and the warm shutdown then hangs
-        # until the timeout below.
-        worker.process.send_signal(signal.SIGTERM)
-        try:
-            worker.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
 
 
 def wait_until(predicate, *, timeout: float = 60, interval: float = 0.2, what: str = "condition"):

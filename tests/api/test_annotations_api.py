@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api import factories
+from tests import factories
 from trajectories.models import Annotation, AnnotationBulkAction
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ran(benchmark, policy):
-    return factories.run_batch(benchmark, policy, queries=3)
+def ran(demo_benchmark, baseline_policy):
+    return factories.run_batch(demo_benchmark, baseline_policy, queries=3)
 
 
 def test_annotator_labels_an_episode(annotator_api, ran):

@@ -6,7 +6,7 @@ import pytest
 from rest_framework.throttling import SimpleRateThrottle
 
 from harness_app.roles import Role
-from tests.api import factories
+from tests import factories
 
 pytestmark = pytest.mark.django_db
 

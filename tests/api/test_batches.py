@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api import factories
+from tests import factories
 from trajectories.models import BatchStatus, RolloutBatch
 
 pytestmark = pytest.mark.django_db
@@ -15,9 +15,9 @@ def _body(benchmark, policy, **extra):
 
 
 def test_researcher_creates_a_batch_that_is_queued_on_commit(
-    researcher_api, benchmark, policy, django_capture_on_commit_callbacks
+    researcher_api, demo_benchmark, baseline_policy, django_capture_on_commit_callbacks
 ):
-    body = _body(benchmark, policy, samples_per_query=3, ablate=["compression"])
+    body = _body(demo_benchmark, baseline_policy, samples_per_query=3, ablate=["compression"])
     with django_capture_on_commit_callbacks() as callbacks:
         response = researcher_api.post("/api/batches/", body, format="json")
     assert response.status_code == 201, response.json()
@@ -39,9 +39,9 @@ def test_researcher_creates_a_batch_that_is_queued_on_commit(
     ],
 )
 def test_bad_parameters_are_400_naming_the_field(
-    researcher_api, benchmark, policy, extra, field, message
+    researcher_api, demo_benchmark, baseline_policy, extra, field, message
 ):
-    body = _body(benchmark, policy) | extra
+    body = _body(demo_benchmark, baseline_policy) | extra
     response = researcher_api.post("/api/batches/", body, format="json")
     assert response.status_code == 400
     errors = response.json()
@@ -50,15 +50,17 @@ def test_bad_parameters_are_400_naming_the_field(
     assert not RolloutBatch.objects.exists()
 
 
-def test_annotator_cannot_launch_a_batch(annotator_api, benchmark, policy):
-    response = annotator_api.post("/api/batches/", _body(benchmark, policy), format="json")
+def test_annotator_cannot_launch_a_batch(annotator_api, demo_benchmark, baseline_policy):
+    response = annotator_api.post(
+        "/api/batches/", _body(demo_benchmark, baseline_policy), format="json"
+    )
     assert response.status_code == 403
     assert "needs the researcher role" in response.json()["detail"]
     assert not RolloutBatch.objects.exists()
 
 
-def test_status_shows_progress_and_metrics(annotator_api, benchmark, policy):
-    batch = factories.run_batch(benchmark, policy, queries=2)
+def test_status_shows_progress_and_metrics(annotator_api, demo_benchmark, baseline_policy):
+    batch = factories.run_batch(demo_benchmark, baseline_policy, queries=2)
     data = annotator_api.get(f"/api/batches/{batch.pk}/").json()
     assert (data["status"], data["progress"]) == ("completed", 1.0)
     assert data["episodes_completed"] == 2
@@ -67,8 +69,12 @@ def test_status_shows_progress_and_metrics(annotator_api, benchmark, policy):
     assert 0 <= summary["metrics"]["curated_recall"] <= 1
 
 
-def test_cancel_stops_pending_episodes(researcher_api, annotator_api, benchmark, policy):
-    response = researcher_api.post("/api/batches/", _body(benchmark, policy), format="json")
+def test_cancel_stops_pending_episodes(
+    researcher_api, annotator_api, demo_benchmark, baseline_policy
+):
+    response = researcher_api.post(
+        "/api/batches/", _body(demo_benchmark, baseline_policy), format="json"
+    )
     batch_id = response.json()["id"]
     assert annotator_api.post(f"/api/batches/{batch_id}/cancel/").status_code == 403
     response = researcher_api.post(f"/api/batches/{batch_id}/cancel/")
@@ -78,10 +84,10 @@ def test_cancel_stops_pending_episodes(researcher_api, annotator_api, benchmark,
 
 
 def test_batch_list_takes_a_fixed_number_of_queries(
-    researcher_api, benchmark, policy, django_assert_num_queries
+    researcher_api, demo_benchmark, baseline_policy, django_assert_num_queries
 ):
     for _ in range(3):
-        researcher_api.post("/api/batches/", _body(benchmark, policy), format="json")
+        researcher_api.post("/api/batches/", _body(demo_benchmark, baseline_policy), format="json")
     with django_assert_num_queries(4):  # token, roles, count, page (joined)
         response = researcher_api.get("/api/batches/")
     assert response.json()["count"] == 3

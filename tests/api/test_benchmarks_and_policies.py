@@ -9,18 +9,18 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from harness_app.models import ImportJob, PolicyConfig
-from tests.api.factories import DEMO_DIR
+from tests.paths import DEMO_DIR
 
 pytestmark = pytest.mark.django_db
 
 
-def test_benchmark_list_has_counts(researcher_api, benchmark, django_assert_num_queries):
+def test_benchmark_list_has_counts(researcher_api, demo_benchmark, django_assert_num_queries):
     with django_assert_num_queries(4):  # token, roles, count, page
         response = researcher_api.get("/api/benchmarks/")
     assert response.status_code == 200
     (row,) = response.json()["results"]
-    assert (row["name"], row["queries"]) == ("demo", benchmark.queries.count())
-    assert row["documents"] == benchmark.corpus.doc_count
+    assert (row["name"], row["queries"]) == ("demo", demo_benchmark.queries.count())
+    assert row["documents"] == demo_benchmark.corpus.doc_count
 
 
 def _demo_zip() -> SimpleUploadedFile:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api import factories
+from tests import factories
 from trajectories.models import Episode, ModelCall, Turn, pack_floats, pack_ints
 from trajectories.selectors.turns import turn_states
 from trajectories.services.annotations import annotation_label
@@ -13,8 +13,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ran(benchmark, policy):
-    return factories.run_batch(benchmark, policy, queries=2)
+def ran(demo_benchmark, baseline_policy):
+    return factories.run_batch(demo_benchmark, baseline_policy, queries=2)
 
 
 def _ids(response) -> list[int]:

@@ -7,7 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from harness_app.models import ImportJob
 from harness_app.services.import_jobs import import_job_create
-from tests.api import factories
+from tests import factories
 from trajectories.models import Annotation, AnnotationBulkAction
 from trajectories.services.annotations import annotation_bulk_apply
 
@@ -86,8 +86,10 @@ def test_a_bad_agreement_filter_is_400_naming_it(researcher_api, params, field, 
 # --- /api/annotations/bulk/{id}/undo/ -----------------------------------------------------
 
 
-def test_an_annotator_cannot_undo_a_bulk_action(annotator_api, researcher, benchmark, policy):
-    batch = factories.run_batch(benchmark, policy, queries=2)
+def test_an_annotator_cannot_undo_a_bulk_action(
+    annotator_api, researcher, demo_benchmark, baseline_policy
+):
+    batch = factories.run_batch(demo_benchmark, baseline_policy, queries=2)
     bulk = annotation_bulk_apply(actor=researcher, filters={"batch": batch.pk}, label="approve")
 
     response = annotator_api.post(f"/api/annotations/bulk/{bulk.pk}/undo/")

@@ -16,7 +16,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 
 from config.wsgi import application
-from tests.api import factories
+from tests import factories
 
 schemathesis = pytest.importorskip("schemathesis", reason="needs schemathesis")
 
@@ -47,8 +47,8 @@ def keep_connection():
 
 
 @pytest.fixture
-def world(keep_connection, benchmark, policy, researcher):
-    batch = factories.run_batch(benchmark, policy, queries=1)
+def world(keep_connection, demo_benchmark, baseline_policy, researcher):
+    batch = factories.run_batch(demo_benchmark, baseline_policy, queries=1)
     return {"batch": batch, "token": factories.client_for(researcher)._credentials}
 
 

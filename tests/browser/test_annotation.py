@@ -9,11 +9,9 @@ import pytest
 
 from harness_app.roles import Role
 from harness_app.services.users import user_ensure
-from tests.browser.conftest import login
+from tests.chromium import login
 from trajectories.models import Annotation, AnnotationStatus, Episode
 
-# ran_batch comes from the UI fixtures.
-pytest_plugins = ["tests.trajectories.ui_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "pw-browser-123"

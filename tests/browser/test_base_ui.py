@@ -6,7 +6,7 @@ import pytest
 
 from harness_app.roles import Role
 from harness_app.services.users import user_ensure
-from tests.browser_fixtures import login
+from tests.chromium import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -10,8 +10,8 @@ from django.utils import timezone
 from harness_app.models import PolicyConfig, PolicyKind
 from harness_app.roles import Role
 from harness_app.services.users import user_ensure
-from tests.api import factories
-from tests.browser.conftest import login
+from tests import factories
+from tests.chromium import login
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLStep, RLStepStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -10,11 +10,9 @@ import pytest
 
 from harness_app.roles import Role
 from harness_app.services.users import user_ensure
-from tests.browser.conftest import login
+from tests.chromium import login
 from trajectories.models import Episode, Turn
 
-# researcher_client & co. are not used here; ran_batch, hostile_episode, new_model_call are.
-pytest_plugins = ["tests.trajectories.ui_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "pw-browser-123"

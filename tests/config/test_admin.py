@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 
 from harness_app.roles import Role
-from tests.api import factories
+from tests import factories
 from trajectories.models import (
     AnnotationLabel,
     Episode,

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.paths import ROOT
 
 
 @pytest.mark.django_db

@@ -10,7 +10,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_int, parse_database_url
-from tests.conftest import ROOT
+from tests.paths import ROOT
 
 
 def test_postgres_url_is_split_into_django_fields() -> None:

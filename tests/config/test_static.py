@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.contrib.staticfiles import finders
 
-from tests.conftest import ROOT
+from tests.paths import ROOT
 
 
 def test_plotly_and_htmx_resolve_from_installed_packages() -> None:

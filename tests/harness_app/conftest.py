@@ -18,12 +18,10 @@ from harness_app.models import (
     Qrel,
     Query,
 )
-from harness_app.roles import Role
 from harness_app.services.benchmarks import benchmark_import
-from harness_app.services.users import user_ensure
+from tests.paths import DEMO_DIR
 
 MODELS = (Corpus, Document, Benchmark, Query, Qrel, ImportJob, PolicyConfig)
-DEMO_DATA = Path(__file__).resolve().parents[2] / "harness_app" / "demo_data"
 
 # A small, original BEIR benchmark: an orchard almanac.
 CORPUS = [
@@ -116,24 +114,8 @@ def data_dir(settings, tmp_path: Path) -> Path:
 @pytest.fixture
 def existing(db) -> Benchmark:
     """The demo benchmark, imported so that "nothing changed" compares non-zero counts."""
-    result = benchmark_import(path=DEMO_DATA, name="existing", fmt="beir")
+    result = benchmark_import(path=DEMO_DIR, name="existing", fmt="beir")
     return Benchmark.objects.get(pk=result.benchmark_id)
-
-
-def _client_for(client, username: str, role: Role):
-    user, _ = user_ensure(username=username, password="pw-123456", role=role)
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def researcher_client(client, db):
-    return _client_for(client, "rita", Role.RESEARCHER)
-
-
-@pytest.fixture
-def annotator_client(client, db):
-    return _client_for(client, "arno", Role.ANNOTATOR)
 
 
 # --- HotpotQA ---------------------------------------------------------------------------

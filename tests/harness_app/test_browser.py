@@ -11,7 +11,7 @@ from harness_app.models import ImportJob, ImportStatus
 from harness_app.roles import Role
 from harness_app.services.import_jobs import ProgressFile
 from harness_app.services.users import user_ensure
-from tests.browser_fixtures import login
+from tests.chromium import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -12,14 +12,14 @@ from harness_app import indexes, tasks
 from harness_app.harness.retrieval.cache import forget_open_indexes
 from harness_app.models import Corpus, IndexStatus
 from harness_app.services.benchmarks import benchmark_import
-from tests.harness_app.conftest import DEMO_DATA
+from tests.paths import DEMO_DIR
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def corpus(data_dir: Path) -> Iterator[Corpus]:
-    result = benchmark_import(path=DEMO_DATA, name="demo", fmt="beir")
+    result = benchmark_import(path=DEMO_DIR, name="demo", fmt="beir")
     yield Corpus.objects.get(pk=result.corpus_id)
     indexes.corpus_retrievers_forget()
     forget_open_indexes()

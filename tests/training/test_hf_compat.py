@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api import factories
+from tests import factories
 from training.services.sft_exports import sft_export_create, sft_export_run
 from trajectories.services.annotations import annotation_bulk_apply
 
@@ -32,8 +32,8 @@ def _load(path: Path, cache: Path):
 
 
 @pytest.fixture
-def export_file(benchmark, policy, researcher) -> Path:
-    batch = factories.run_batch(benchmark, policy, queries=2)
+def export_file(demo_benchmark, baseline_policy, researcher) -> Path:
+    batch = factories.run_batch(demo_benchmark, baseline_policy, queries=2)
     annotation_bulk_apply(actor=researcher, filters={"batch": batch.pk}, label="approve")
     export = sft_export_run(export_id=sft_export_create(enqueue=False).pk)
     return Path(export.file_path)

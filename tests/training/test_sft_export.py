@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS, ChatPolicy, ChatPolicyConfig
 from harness_app.models import PolicyConfig, PolicyKind
-from tests.api import factories
+from tests import factories
 from training import sft
 from training.models import ExportStatus, SFTExport, SFTExportEpisode
 from training.services.sft_exports import ExportError, sft_export_create, sft_export_run
@@ -33,8 +33,8 @@ def _lines(export: SFTExport) -> list[dict]:
 
 
 @pytest.fixture
-def approved_batch(benchmark, policy, researcher):
-    batch = factories.run_batch(benchmark, policy, queries=2)
+def approved_batch(demo_benchmark, baseline_policy, researcher):
+    batch = factories.run_batch(demo_benchmark, baseline_policy, queries=2)
     annotation_bulk_apply(actor=researcher, filters={"batch": batch.pk}, label="approve")
     return batch
 
@@ -136,8 +136,8 @@ def _call(episode, turn_index, request, response, prompt, completion):
     )
 
 
-def test_chat_completions_episode_is_its_last_prompt_plus_the_reply(benchmark, researcher):
-    episode = _llm_batch(benchmark, researcher)
+def test_chat_completions_episode_is_its_last_prompt_plus_the_reply(demo_benchmark, researcher):
+    episode = _llm_batch(demo_benchmark, researcher)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
     reply = {
         "role": "assistant",
@@ -161,8 +161,10 @@ def test_chat_completions_episode_is_its_last_prompt_plus_the_reply(benchmark, r
     assert record == {"messages": [*messages, reply], "tools": tools}
 
 
-def test_token_in_llm_episode_is_rebuilt_from_turns_and_recorded_replies(benchmark, researcher):
-    episode = _llm_batch(benchmark, researcher)
+def test_token_in_llm_episode_is_rebuilt_from_turns_and_recorded_replies(
+    demo_benchmark, researcher
+):
+    episode = _llm_batch(demo_benchmark, researcher)
     turns = list(Turn.objects.filter(episode=episode).order_by("index"))
     for turn in turns[1:]:
         reply = {"choices": [{"text": _blocks(turn)}]}
@@ -180,8 +182,8 @@ def _blocks(turn):
     )
 
 
-def test_token_export_masks_everything_the_policy_did_not_sample(benchmark, researcher):
-    episode = _llm_batch(benchmark, researcher)
+def test_token_export_masks_everything_the_policy_did_not_sample(demo_benchmark, researcher):
+    episode = _llm_batch(demo_benchmark, researcher)
     _call(episode, 0, {"prompt": [1, 2]}, {"choices": [{"text": "a"}]}, [1, 2], [3, 4])
     _call(
         episode, 1, {"prompt": [1, 2, 3, 4, 9]}, {"choices": [{"text": "b"}]}, [1, 2, 3, 4, 9], [5]

@@ -10,13 +10,11 @@ import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
 from harness_app.roles import Role
-from tests.api import factories
-from tests.training_rl.rl_fixtures import job_create, rollouts_finish
+from tests import factories
+from tests.training_rl.jobs import job_create, rollouts_finish
 from training.models import RLJob, RLJobStatus, RLStep
 from training.services.rl_jobs import rl_job_advance
 
-# researcher_client, annotator_client; lora_server, weights_dir
-pytest_plugins = ["tests.trajectories.ui_fixtures", "tests.training_rl.rl_fixtures"]
 pytestmark = pytest.mark.django_db
 
 LOGIN_QUERIES = 3  # session, user, the user's groups

@@ -14,8 +14,8 @@ import pytest
 from django.test import override_settings
 
 from harness_app.models import PolicyConfig, PolicyKind
-from tests.api import factories
-from tests.training_rl.rl_fixtures import job_create, rollouts_finish, step_batch
+from tests import factories
+from tests.training_rl.jobs import job_create, rollouts_finish, step_batch
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLStepStatus
 from training.services import rl_jobs as services_rl
 from training.services.rl_jobs import RLJobError, rl_job_advance
@@ -25,8 +25,6 @@ from trajectories.models import (
 )
 from trajectories.services.rollouts import batch_cancel
 
-# lora_server, weights_dir, llm_policy
-pytest_plugins = ["tests.training_rl.rl_fixtures"]
 pytestmark = pytest.mark.django_db
 
 

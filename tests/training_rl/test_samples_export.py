@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.api import factories
+from tests import factories
 from training.rl.samples import rl_samples_for_batch
 from trajectories.models import (
     EpisodeStatus,

@@ -1,25 +1,15 @@
+"""Fixtures for the rollout, recording and page tests; the shared ones are in tests/conftest.py."""
+
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
-from harness_app.services.benchmarks import benchmark_import
-
-DEMO_DIR = Path(__file__).resolve().parents[2] / "harness_app" / "demo_data"
-
-
-@pytest.fixture
-def demo_benchmark(db) -> Benchmark:
-    result = benchmark_import(path=DEMO_DIR, name="demo", fmt="beir")
-    return Benchmark.objects.get(pk=result.benchmark_id)
-
-
-@pytest.fixture
-def baseline_policy(db) -> PolicyConfig:
-    policy, _ = PolicyConfig.objects.get_or_create(name="baseline", kind=PolicyKind.BASELINE)
-    return policy
+from tests import factories
+from trajectories.models import RolloutBatch
 
 
 @pytest.fixture
@@ -31,3 +21,15 @@ def unreachable_llm_policy(db) -> PolicyConfig:
         model="m",
         sampling={"max_tokens": 32},
     )
+
+
+@pytest.fixture
+def batch_of(
+    demo_benchmark: Benchmark, baseline_policy: PolicyConfig
+) -> Callable[..., RolloutBatch]:
+    """A function running a batch of the baseline on the demo benchmark: batch_of(**kwargs)."""
+
+    def played(**batch: Any) -> RolloutBatch:
+        return factories.batch_played(demo_benchmark, baseline_policy, **batch)
+
+    return played

@@ -25,8 +25,6 @@ from trajectories.services.annotations import (
     fleiss_kappa,
 )
 
-# researcher_client, annotator_client, ran_batch, hostile_episode, payloads
-pytest_plugins = ["tests.trajectories.ui_fixtures"]
 pytestmark = pytest.mark.django_db
 
 LOGIN_QUERIES = 3  # session, user, the user's groups

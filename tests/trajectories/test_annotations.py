@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from harness_app.roles import Role
-from tests.api import factories
+from tests import factories
 from trajectories.models import (
     Annotation,
     AnnotationEvent,

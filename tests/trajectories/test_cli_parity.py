@@ -15,7 +15,7 @@ import pytest
 
 from harness_app.models import Benchmark
 from harness_app.services.benchmarks import benchmark_import
-from tests.conftest import ROOT
+from tests.paths import ROOT
 from trajectories.rollout import episode_run
 from trajectories.selectors.batches import batch_summary
 from trajectories.services.rollouts import batch_create

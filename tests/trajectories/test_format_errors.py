@@ -1,7 +1,7 @@
 """Malformed tool calls from the model are recorded as format errors, end to end.
 
-A scripted OpenAI-compatible server (fake_vllm.py) answers each call with the next reply;
-the episode runs here through `episode_run`, as a worker would run it.
+A scripted OpenAI-compatible server (tests/fakes/openai_server.py) answers each call with
+the next reply; the episode runs here through `episode_run`, as a worker would run it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
-from tests.trajectories.fake_vllm import FakeVllm
+from tests.fakes.openai_server import FakeOpenAIServer
 from trajectories.models import Episode, EpisodeStatus, ModelCall, Turn
 from trajectories.rollout import episode_run
 from trajectories.selectors.episode import episode_view
@@ -30,7 +30,7 @@ UNKNOWN_TOOL = {"tool": "teleport", "arguments": {"to": "Tamsbury"}}
 def _run(
     benchmark: Benchmark, replies: list[Any], fmt: str = "json_schema", **batch: Any
 ) -> Episode:
-    with FakeVllm(replies) as fake:
+    with FakeOpenAIServer(actions=replies, token_ids=[1, 2, 3]) as fake:
         policy = PolicyConfig.objects.create(
             name="scripted",
             kind=PolicyKind.OPENAI,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
-from tests.trajectories.fake_vllm import FakeVllm
+from tests.fakes.openai_server import FakeOpenAIServer
 from trajectories.rollout import episode_run
 from trajectories.services.rollouts import batch_create
 
@@ -24,7 +24,7 @@ def _run_one_episode(benchmark, *, base_url: str) -> None:
 
 
 def test_the_configured_server_gets_the_key(demo_benchmark, settings):
-    with FakeVllm([SEARCH, END]) as fake:
+    with FakeOpenAIServer(actions=[SEARCH, END]) as fake:
         settings.VLLM_BASE_URL = fake.base_url
         settings.VLLM_API_KEY = "sk-workbench"
         _run_one_episode(demo_benchmark, base_url="")  # the default server
@@ -34,6 +34,6 @@ def test_the_configured_server_gets_the_key(demo_benchmark, settings):
 def test_a_policys_own_server_never_gets_the_key(demo_benchmark, settings):
     settings.VLLM_BASE_URL = "http://127.0.0.1:9/v1"
     settings.VLLM_API_KEY = "sk-workbench"
-    with FakeVllm([SEARCH, END]) as elsewhere:
+    with FakeOpenAIServer(actions=[SEARCH, END]) as elsewhere:
         _run_one_episode(demo_benchmark, base_url=elsewhere.base_url)
     assert elsewhere.authorizations and "Bearer sk-workbench" not in elsewhere.authorizations

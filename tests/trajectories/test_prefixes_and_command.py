@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from harness_app.models import PolicyConfig, PolicyKind
-from tests.trajectories.fake_vllm import FakeVllm
+from tests.fakes.openai_server import FakeOpenAIServer
 from trajectories.models import RolloutBatch
 from trajectories.prefixes import PrefixFileError, prefixes_read
 from trajectories.rollout import episode_run
@@ -53,7 +53,7 @@ def test_episode_starts_from_its_prefix_and_prefix_turns_do_not_count(
     demo_benchmark, django_capture_on_commit_callbacks
 ):
     search = {"tool": "search_corpus", "arguments": {"query": "Vell lamp"}}
-    with FakeVllm([search]) as fake:
+    with FakeOpenAIServer(actions=[search]) as fake:
         llm = PolicyConfig.objects.create(
             name="llm",
             kind=PolicyKind.OPENAI,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from tests.trajectories.fake_upstream import FakeUpstream, render, sampled
+from tests.fakes.openai_server import FakeOpenAIServer, render, sampled
 from trajectories.models import EpisodeKind, EpisodeStatus, ModelCall, RecordingSession
 from trajectories.selectors.recording import recording_trajectory
 from trajectories.services.recording import (
@@ -25,7 +25,7 @@ SYSTEM = {"role": "system", "content": "You are a careful agent."}
 
 @pytest.fixture
 def upstream(settings):
-    with FakeUpstream() as fake:
+    with FakeOpenAIServer() as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         yield fake
 
@@ -144,7 +144,7 @@ def test_subagents_and_compaction_show_as_named_chain_breaks(client, upstream, s
 
 
 def test_a_streamed_call_is_recorded_exactly_as_a_whole_one(client, settings):
-    fake = FakeUpstream(reply=lambda n, body: "the same reply")
+    fake = FakeOpenAIServer(reply=lambda n, body: "the same reply")
     with fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         _stream_and_compare(client)
@@ -177,7 +177,7 @@ def _stream_and_compare(client) -> None:
 def test_a_stream_reaches_the_agent_event_by_event(client, settings, session_and_key):
     # The upstream sends two events, then waits: the agent must already have them.
     session, key = session_and_key
-    with FakeUpstream(hold_stream_after=2) as fake:
+    with FakeOpenAIServer(hold_stream_after=2) as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         response = chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True})
         pieces = iter(response.streaming_content)
@@ -198,7 +198,7 @@ def test_an_agent_that_hangs_up_mid_stream_is_recorded_at_once_as_aborted(
     client, settings, session_and_key
 ):
     session, key = session_and_key
-    with FakeUpstream(hold_stream_after=2) as fake:
+    with FakeOpenAIServer(hold_stream_after=2) as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         response = chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True})
         next(iter(response.streaming_content))
@@ -215,7 +215,7 @@ def test_an_agent_that_hangs_up_mid_stream_is_recorded_at_once_as_aborted(
 
 def test_a_broken_stream_is_recorded_as_aborted(client, settings, session_and_key):
     session, key = session_and_key
-    with FakeUpstream(break_stream_after=3) as fake:
+    with FakeOpenAIServer(break_stream_after=3) as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         response = chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True})
         _, done = streamed_body(response)
@@ -248,7 +248,7 @@ def test_a_model_that_answers_too_late_is_a_timeout_recorded_as_aborted(
 ):
     session, key = session_and_key
     settings.PROXY_TIMEOUT_S = 0.2
-    with FakeUpstream(delay_s=1.0) as slow:
+    with FakeOpenAIServer(delay_s=1.0) as slow:
         settings.PROXY_UPSTREAM_URL = slow.base_url
         response = chat(client, key, {"model": "m", "messages": [SYSTEM]})
     assert response.status_code == 502
@@ -348,7 +348,7 @@ def test_the_key_is_stored_only_as_a_hash(session_and_key):
 
 def test_no_request_can_choose_the_upstream(client, settings, session_and_key):
     _, key = session_and_key
-    with FakeUpstream() as configured, FakeUpstream() as elsewhere:
+    with FakeOpenAIServer() as configured, FakeOpenAIServer() as elsewhere:
         settings.PROXY_UPSTREAM_URL = configured.base_url
         body = {
             "model": "m",

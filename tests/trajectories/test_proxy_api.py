@@ -5,31 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.core.cache import cache
 
-from harness_app.roles import Role
-from tests.api import factories
-from tests.trajectories.fake_upstream import FakeUpstream
+from tests import factories
+from tests.fakes.openai_server import FakeOpenAIServer
 from trajectories.models import EpisodeStatus, RecordingSession
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttle_counts():
-    cache.clear()
-    yield
-    cache.clear()
-
-
-@pytest.fixture
-def researcher_api(db):
-    return factories.client_for(factories.user("rita", Role.RESEARCHER))
-
-
-@pytest.fixture
-def annotator_api(db):
-    return factories.client_for(factories.user("anna", Role.ANNOTATOR))
 
 
 def test_a_researcher_creates_a_session_and_records_through_its_base_url(
@@ -46,7 +27,7 @@ def test_a_researcher_creates_a_session_and_records_through_its_base_url(
     assert body["state"] == "open" and body["status"] == EpisodeStatus.RUNNING
     assert body["task"] == "issue-42" and body["metadata"] == {"repo": "x"}
 
-    with FakeUpstream() as fake:
+    with FakeOpenAIServer() as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         path = body["base_url"].removeprefix("http://testserver") + "/chat/completions"
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from harness_app.roles import Role
-from tests.api import factories
-from tests.trajectories.fake_upstream import FakeUpstream, sampled
+from tests import factories
+from tests.fakes.openai_server import FakeOpenAIServer, sampled
 from training.models import ExportStatus
 from training.rl.samples import rl_samples_for_recordings
 from training.services.sft_exports import sft_export_create, sft_export_run
@@ -18,8 +18,6 @@ from trajectories.models import Episode, ModelCall, RecordingSession
 from trajectories.services.annotations import annotation_bulk_apply
 from trajectories.services.recording import recording_session_close, recording_session_create
 
-# researcher_client, annotator_client, ran_batch, episode, batch_of, payloads
-pytest_plugins = ["tests.trajectories.ui_fixtures"]
 pytestmark = pytest.mark.django_db
 
 SYSTEM = {"role": "system", "content": "You are an outside agent."}
@@ -35,7 +33,7 @@ def _record(
     subagent: bool = False,
 ) -> RecordingSession:
     session, key = recording_session_create(user=None, name="swe run", task=task)
-    with FakeUpstream() as fake:
+    with FakeOpenAIServer() as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "go"}]
         for turn in range(turns):
@@ -162,7 +160,7 @@ def test_a_chat_export_keeps_every_agents_conversation(client, settings):
 
 def test_a_chat_export_keeps_the_turns_before_a_context_compaction(client, settings):
     session, key = recording_session_create(user=None, name="compacting")
-    with FakeUpstream() as fake:
+    with FakeOpenAIServer() as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
 
         def call(messages: list[dict[str, Any]]) -> str:

@@ -18,8 +18,6 @@ from trajectories.models import (
 )
 from trajectories.selectors.batches import group_view
 
-# researcher_client, annotator_client, ran_batch, episode, batch_of, payloads
-pytest_plugins = ["tests.trajectories.ui_fixtures"]
 pytestmark = pytest.mark.django_db
 
 LOGIN_QUERIES = 3  # session, user, the user's groups

@@ -14,8 +14,6 @@ from trajectories.selectors.graph import graph_growth
 from trajectories.selectors.tokens import token_strips
 from trajectories.selectors.turns import Gold, turn_states
 
-# researcher_client, annotator_client, ran_batch, episode, hostile_episode, new_model_call
-pytest_plugins = ["tests.trajectories.ui_fixtures"]
 pytestmark = pytest.mark.django_db
 
 LOGIN_QUERIES = 3  # session, user, the user's groups

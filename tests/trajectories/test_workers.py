@@ -7,7 +7,7 @@ import time
 import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
-from tests.trajectories.fake_vllm import FakeVllm
+from tests.fakes.openai_server import FakeOpenAIServer
 from tests.workers import start_worker, wait_until
 from trajectories.models import BatchStatus, Episode, EpisodeStatus, RolloutBatch, Turn
 from trajectories.services.rollouts import batch_create
@@ -59,7 +59,7 @@ def test_sigkilled_worker_mid_episode_then_episode_completes_exactly_once(
 ):
     search = {"tool": "search_corpus", "arguments": {"query": "Vell lamp inventor"}}
     stop = {"tool": "end_search", "arguments": {"reasoning": "done"}}
-    with FakeVllm([search, search, search, stop], hold_call=3) as fake:
+    with FakeOpenAIServer(actions=[search, search, search, stop], hold_call=3) as fake:
         policy = PolicyConfig.objects.create(
             name="fake",
             kind=PolicyKind.OPENAI,

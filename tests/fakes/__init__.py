@@ -1,0 +1,1 @@
+"""Stand-ins for the outside services the tests talk to."""
