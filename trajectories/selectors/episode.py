@@ -26,7 +26,7 @@ from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import JSONObject
 
-from harness_app.harness.env import HarnessConfig
+from harness_app.harness.config import HarnessConfig
 from harness_app.harness.state import IMPORTANCE_RANK
 from harness_app.harness.text import analyze
 from harness_app.models import Document, Qrel
