@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness_app.harness import compress, dedup, graph, working_memory  # noqa: E402
 from harness_app.harness.budget import estimate_tokens  # noqa: E402
-from harness_app.harness.env import HarnessConfig, SearchHarness  # noqa: E402
+from harness_app.harness.config import HarnessConfig  # noqa: E402
+from harness_app.harness.env import SearchHarness  # noqa: E402
 from harness_app.harness.text import analyze  # noqa: E402
 from harness_app.harness.types import Document, QuerySpec, SearchHit, ToolCall  # noqa: E402
 

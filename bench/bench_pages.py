@@ -293,11 +293,9 @@ def long_episode_create(rng: random.Random, benchmark: Any) -> int:
     claim = rollouts.episode_claim(episode_id=episode.pk)
     assert claim is not None
     previous = None
-    for turn in _turns(rng, query.text, docs):
-        rollouts.turn_record(
-            claim=claim, turn=turn, calls=turn.pop("calls"), previous_state=previous
-        )
-        previous = turn["state"]
+    for turn, calls in _turns(rng, query.text, docs):
+        rollouts.turn_record(claim=claim, turn=turn, calls=calls, previous_state=previous)
+        previous = turn.state
     Episode.objects.filter(pk=episode.pk).update(
         status="completed",
         termination_reason="end_search",
@@ -310,9 +308,11 @@ def long_episode_create(rng: random.Random, benchmark: Any) -> int:
 
 
 def _turns(rng: random.Random, question: str, docs: list[Any]) -> Any:
-    """Turn records (as TurnRecord.to_json gives them) of a plausible 40-turn search."""
+    """TurnRecords of a plausible 40-turn search, each with its model calls."""
     from harness_app.harness.ablation import Ablation
-    from harness_app.harness.env import HarnessConfig
+    from harness_app.harness.config import HarnessConfig
+    from harness_app.harness.metrics import RecallSoFar
+    from harness_app.harness.runner import TurnRecord
     from harness_app.harness.state import HarnessState
     from harness_app.harness.working_memory import render_working_memory
 
@@ -331,20 +331,24 @@ def _turns(rng: random.Random, question: str, docs: list[Any]) -> Any:
         observation = f"[search_corpus] {per_turn} results\n{hits}\n\n{wm}" if t else wm
         state.tokens_used += len(observation) // 4
         state.wm_tokens = len(wm) // 4
-        yield {
-            "turn": t,
-            "tool_calls": calls,
-            "observation_text": observation,
-            "state": state.to_json(),
-            "recall": {
-                "curated": min(1.0, t / 30),
-                "trajectory": min(1.0, t / 20),
-                "final_answer": 1.0 if t > 25 else 0.0,
-            },
-            "env_seconds": 0.002,
-            "policy_seconds": 1.5,
-            "calls": [(t, _model_call(rng))] if t else [],
-        }
+        record = TurnRecord(
+            turn=t,
+            tool_calls=calls,
+            tool_results=[],
+            observation_text=observation,
+            working_memory=wm,
+            state=state.to_json(),
+            recall=RecallSoFar(
+                curated=min(1.0, t / 30),
+                trajectory=min(1.0, t / 20),
+                final_answer=1.0 if t > 25 else 0.0,
+            ),
+            policy_seconds=1.5,
+            env_seconds=0.002,
+            done=False,
+            termination_reason="",
+        )
+        yield record, [(t, _model_call(rng))] if t else []
 
 
 def _turn_actions(

@@ -90,7 +90,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def per_turn_overhead(bench: Any, episodes: int) -> dict[str, Any]:
     from harness_app.harness.ablation import Ablation
-    from harness_app.harness.env import HarnessConfig, SearchHarness
+    from harness_app.harness.config import HarnessConfig
+    from harness_app.harness.env import SearchHarness
     from harness_app.indexes import corpus_retriever
     from harness_app.models import PolicyConfig, PolicyKind
     from trajectories.rollout import query_spec
@@ -119,9 +120,9 @@ def per_turn_overhead(bench: Any, episodes: int) -> dict[str, Any]:
             started = time.perf_counter()
             obs = env.step(calls)
             stepped = time.perf_counter()
-            record = _turn_json(env, obs, spec, calls)
+            record = _turn(env, obs, spec, calls)
             services.turn_record(claim=claim, turn=record, calls=[], previous_state=previous)
-            previous = record["state"]
+            previous = record.state
             env_ms.append((stepped - started) * 1000)
             db_ms.append((time.perf_counter() - stepped) * 1000)
         services.episode_finish(claim=claim, outcome=_outcome(env, spec))
@@ -137,18 +138,24 @@ def per_turn_overhead(bench: Any, episodes: int) -> dict[str, Any]:
     }
 
 
-def _turn_json(env: Any, obs: Any, spec: Any, calls: list[Any]) -> dict[str, Any]:
+def _turn(env: Any, obs: Any, spec: Any, calls: list[Any]) -> Any:
+    """The TurnRecord the runner would yield for this step (timings left at zero)."""
     from harness_app.harness.metrics import recall_so_far_from_state
+    from harness_app.harness.runner import TurnRecord
 
-    return {
-        "turn": obs.turn,
-        "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in calls],
-        "observation_text": obs.text,
-        "state": env.state.to_json(),
-        "recall": recall_so_far_from_state(env.state, spec).to_json(),
-        "env_seconds": 0.0,
-        "policy_seconds": 0.0,
-    }
+    return TurnRecord(
+        turn=obs.turn,
+        tool_calls=[c.to_json() for c in calls],
+        tool_results=[r.to_json() for r in obs.tool_results],
+        observation_text=obs.text,
+        working_memory=obs.working_memory,
+        state=env.state.to_json(),
+        recall=recall_so_far_from_state(env.state, spec),
+        policy_seconds=0.0,
+        env_seconds=0.0,
+        done=obs.done,
+        termination_reason=obs.termination_reason,
+    )
 
 
 def _outcome(env: Any, spec: Any) -> Any:
@@ -160,11 +167,9 @@ def _outcome(env: Any, spec: Any) -> Any:
     reward = compute_reward(metrics, max_turns=40)
     return EpisodeOutcome(
         termination_reason=env.state.termination_reason or "max_turns",
-        metrics=metrics.to_json(),
-        reward=reward.total,
-        reward_components=reward.to_json(),
-        timings={},
         policy_version="scripted",
+        metrics=metrics,
+        reward=reward,
         state=env.state,
     )
 

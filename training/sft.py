@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_app.harness.ablation import Ablation
-from harness_app.harness.env import HarnessConfig
+from harness_app.harness.config import HarnessConfig
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
 from harness_app.harness.llm.reconstruct import (
     CallTokens,

@@ -13,13 +13,15 @@ from django.conf import settings
 from django.db import OperationalError
 
 from harness_app.harness.ablation import Ablation
-from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.config import HarnessConfig
+from harness_app.harness.env import SearchHarness
 from harness_app.harness.llm.chat_policy import ChatPolicy, ChatPolicyConfig
-from harness_app.harness.llm.client import ChatClient, Sampling
+from harness_app.harness.llm.client import ChatClient, ModelCallRecord, Sampling
 from harness_app.harness.policies import make_policy
 from harness_app.harness.policies.base import Policy
 from harness_app.harness.reward import RewardWeights
 from harness_app.harness.runner import iter_episode
+from harness_app.harness.state import HarnessStateJson
 from harness_app.harness.types import QuerySpec
 from harness_app.models import PolicyConfig, PolicyKind, Query
 from trajectories.models import Episode, RolloutBatch
@@ -70,7 +72,7 @@ def policy_build(
     return ChatPolicy(client, tools, chat_config, prefix_messages=prefix_messages)
 
 
-def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, Any]], int]:
+def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, ModelCallRecord]], int]:
     calls = getattr(policy, "calls", [])
     return calls[sent:], len(calls)
 
@@ -113,12 +115,11 @@ def _play(claim: rollouts.Claim) -> str:
     )
     sent = 0
     cancelled = False
-    previous: dict[str, Any] | None = None
+    previous: HarnessStateJson | None = None
     for record in run:
         calls, sent = _drain(policy, sent)
-        turn = record.to_json()
-        rollouts.turn_record(claim=claim, turn=turn, calls=calls, previous_state=previous)
-        previous = turn["state"]
+        rollouts.turn_record(claim=claim, turn=record, calls=calls, previous_state=previous)
+        previous = record.state
         if rollouts.episode_is_cancelled(claim=claim):
             cancelled = True
             break
@@ -128,11 +129,10 @@ def _play(claim: rollouts.Claim) -> str:
     reason = "cancelled" if cancelled else result.termination_reason or "unknown"
     outcome = rollouts.EpisodeOutcome(
         termination_reason=reason,
-        metrics=result.metrics.to_json(),
-        reward=result.reward.total,
-        reward_components=result.reward.to_json(),
-        timings={"setup_s": setup_s, "episode_s": time.perf_counter() - started},
         policy_version=policy_version(batch.policy),
+        metrics=result.metrics,
+        reward=result.reward,
+        timings=rollouts.EpisodeTimings(setup_s=setup_s, episode_s=time.perf_counter() - started),
         state=env.state,
         error=result.error,
     )

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness_app.harness.tools import END_SEARCH
+
 CHARS_PER_TOKEN = 4
 WARNING_LEVELS: tuple[float, ...] = (0.60, 0.75, 0.90)
 
@@ -63,7 +65,7 @@ def render_budget(status: BudgetStatus, levels: tuple[float, ...] = WARNING_LEVE
 
 def _warning(level: float, which: str, fraction: float) -> str:
     if level >= 0.90:
-        advice = "finish now: fix the curated set and call end_search"
+        advice = f"finish now: fix the curated set and call {END_SEARCH}"
     elif level >= 0.75:
         advice = "stop exploring; verify and tag what you have"
     else:

@@ -34,7 +34,8 @@ from typing import Any, TextIO
 
 from harness_app.harness.ablation import MECHANISMS, Ablation
 from harness_app.harness.beir import BeirFormatError, beir_paths, beir_queries
-from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.config import HarnessConfig
+from harness_app.harness.env import SearchHarness
 from harness_app.harness.metrics import single_search_recall
 from harness_app.harness.policies import POLICY_FACTORIES, make_policy
 from harness_app.harness.runner import run_episode

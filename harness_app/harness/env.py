@@ -19,18 +19,18 @@ episode loop, termination and observation assembly.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
 from typing import Any
 
 from harness_app.harness.ablation import Ablation
-from harness_app.harness.budget import WARNING_LEVELS, estimate_tokens
+from harness_app.harness.budget import estimate_tokens
+from harness_app.harness.config import HarnessConfig
 from harness_app.harness.dedup import DedupIndex
 from harness_app.harness.grep import PatternError
 from harness_app.harness.handlers import ToolFailure, ToolRunner
 from harness_app.harness.state import CurationEvent, HarnessState
 from harness_app.harness.tools import (
+    END_SEARCH,
     ArgumentError,
-    ToolLimits,
     ToolSpec,
     parse_arguments,
     tool_specs,
@@ -39,77 +39,7 @@ from harness_app.harness.types import Observation, QuerySpec, Retriever, ToolCal
 from harness_app.harness.verify import LexicalVerifier, Verifier
 from harness_app.harness.working_memory import render_working_memory
 
-__all__ = ["HarnessConfig", "SearchHarness"]
-
-
-@dataclass(frozen=True, slots=True)
-class HarnessConfig:
-    """Every number the harness uses; see docs/harness.md for what each one does."""
-
-    max_turns: int = 40
-    context_token_limit: int = 32_768
-    curated_capacity: int = 30
-    search_k: int = 10
-    fan_out_k: int = 5  # hits per query in fan_out_search
-    max_fan_out: int = 5
-    max_ids_per_call: int = 5  # review_docs and verify
-    max_calls_per_turn: int = 8
-    max_format_error_turns: int = 3
-    auto_seed_count: int = 8
-    compress_sentences: int = 4
-    sentence_chars: int = 300  # cap on each compressed sentence
-    snippet_chars: int = 300  # leading snippet when compression is ablated
-    read_max_chars: int = 4000
-    memory_snippet_chars: int = 400  # what document memory D keeps of each view
-    dedup_threshold: float = 0.85
-    grep_max_hits: int = 5
-    grep_time_limit_s: float = 0.25
-    grep_max_scan_chars: int = 20_000_000
-    grep_doc_chars: int = 20_000
-    grep_max_pattern_chars: int = 200
-    wm_snippet_chars: int = 48
-    wm_top_candidates: int = 5
-    wm_recent_searches: int = 4
-    wm_bridges: int = 5
-    wm_verifications: int = 6
-    budget_warnings: tuple[float, ...] = WARNING_LEVELS
-    # False when the policy keeps only the latest WORKINGMEMORY in its prompt (dropping the
-    # earlier ones), so the context estimate counts one WM instead of every turn's.
-    wm_in_history: bool = True
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-                raise ValueError(f"HarnessConfig.{f.name} must be >= 0, got {value!r}")
-        for name in ("max_turns", "context_token_limit", "search_k", "max_calls_per_turn"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"HarnessConfig.{name} must be >= 1")
-
-    @property
-    def tool_limits(self) -> ToolLimits:
-        return ToolLimits(
-            max_queries=self.max_fan_out,
-            max_ids=self.max_ids_per_call,
-            max_curate_ids=self.curated_capacity,
-            max_pattern_chars=self.grep_max_pattern_chars,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["budget_warnings"] = list(self.budget_warnings)
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HarnessConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown HarnessConfig field(s): {', '.join(unknown)}")
-        values = dict(data)
-        if "budget_warnings" in values:
-            values["budget_warnings"] = tuple(values["budget_warnings"])
-        return cls(**values)
+__all__ = ["SearchHarness"]
 
 
 class SearchHarness:
@@ -201,7 +131,7 @@ class SearchHarness:
 
     def _run_calls(self, calls: list[ToolCall], runner: ToolRunner) -> list[ToolResult]:
         if not calls:
-            return [_failure("", "", "no tool call in this turn; call a tool, or end_search")]
+            return [_failure("", "", f"no tool call in this turn; call a tool, or {END_SEARCH}")]
         results = []
         for index, call in enumerate(calls):
             if self.state.done:
@@ -305,7 +235,7 @@ def _failure(call_id: str, name: str, message: str) -> ToolResult:
 def _skipped(call: ToolCall) -> ToolResult:
     # Not a format error: the model ended the search earlier in the same turn.
     return ToolResult(
-        call.call_id, str(call.name), "not run: end_search was called earlier in this turn"
+        call.call_id, str(call.name), f"not run: {END_SEARCH} was called earlier in this turn"
     )
 
 

@@ -185,15 +185,6 @@ def _strength(entity: Entity) -> tuple[int, int, int]:
     return (_KIND_PRIORITY.get(entity.kind, 9), -len(entity.doc_ids), entity.first_turn)
 
 
-def _doc_links(bridges: list[tuple[Entity, list[str]]]) -> list[dict[str, Any]]:
-    via: dict[tuple[str, str], list[str]] = {}
-    for entity, ids in bridges:
-        for i, a in enumerate(ids):
-            for b in ids[i + 1 :]:
-                via.setdefault((a, b) if a < b else (b, a), []).append(entity.key)
-    return [{"source": a, "target": b, "via": keys} for (a, b), keys in via.items()]
-
-
 @dataclass(slots=True)
 class GraphDoc:
     doc_id: str
@@ -207,7 +198,8 @@ class EvidenceGraph:
     """Bipartite graph: document nodes, entity nodes, doc–entity edges.
 
     `bridges` lists entity keys in the order they first reached two documents; it is kept
-    incrementally so the working memory never scans every entity.
+    incrementally so the working memory never scans every entity. The episode viewer draws
+    the graph from `to_json()` (trajectories/selectors/graph.py); nothing here projects it.
     """
 
     entities: dict[str, Entity] = field(default_factory=dict)
@@ -251,56 +243,6 @@ class EvidenceGraph:
     def entities_of(self, doc_id: str) -> list[Entity]:
         doc = self.docs.get(doc_id)
         return [] if doc is None else [self.entities[k] for k in doc.entity_keys]
-
-    def to_view(self, curated: Collection[str] = (), turn: int | None = None) -> dict[str, Any]:
-        """Nodes, edges and doc–doc links in a shape a drawing library consumes directly.
-
-        `turn` gives the graph as it stood after that turn, so the UI can replay it from the
-        final snapshot alone. Only bridge entities become entity nodes: an entity seen in
-        one document connects nothing, and drawing hundreds of them would hide the structure.
-        An entity node's turn is the turn it became a bridge.
-        """
-        docs = [d for d in self.docs.values() if turn is None or d.turn <= turn]
-        bridges = self._bridges_among({d.doc_id for d in docs})
-        nodes: list[dict[str, Any]] = [
-            {
-                "id": f"doc:{d.doc_id}",
-                "type": "doc",
-                "label": d.title,
-                "turn": d.turn,
-                "curated": d.doc_id in curated,
-            }
-            for d in docs
-        ]
-        nodes.extend(
-            {
-                "id": f"ent:{e.key}",
-                "type": "entity",
-                "label": e.label,
-                "kind": e.kind,
-                "turn": self.docs[ids[1]].turn,
-            }
-            for e, ids in bridges
-        )
-        edges = [
-            {"source": f"doc:{doc_id}", "target": f"ent:{e.key}", "turn": self.docs[doc_id].turn}
-            for e, ids in bridges
-            for doc_id in ids
-        ]
-        return {"nodes": nodes, "edges": edges, "doc_links": _doc_links(bridges)}
-
-    def _bridges_among(self, doc_ids: set[str]) -> list[tuple[Entity, list[str]]]:
-        out = []
-        for key in self.bridges:
-            entity = self.entities[key]
-            ids = [d for d in entity.doc_ids if d in doc_ids]
-            if len(ids) > 1:
-                out.append((entity, ids))
-        return out
-
-    def doc_links(self) -> list[dict[str, Any]]:
-        """Pairs of documents that share at least one bridge entity, with the entities."""
-        return _doc_links(self._bridges_among(set(self.docs)))
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import chain, zip_longest
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.compress import clip, compress, leading_snippet
+from harness_app.harness.config import HarnessConfig
 from harness_app.harness.curation import apply_curation
 from harness_app.harness.dedup import DedupIndex
 from harness_app.harness.grep import GrepOutcome, compile_pattern, scan
@@ -27,14 +28,21 @@ from harness_app.harness.state import (
     SearchRecord,
     VerificationRecord,
 )
+from harness_app.harness.tools import (
+    CURATE,
+    END_SEARCH,
+    FAN_OUT_SEARCH,
+    GREP_CORPUS,
+    READ_DOCUMENT,
+    REVIEW_DOCS,
+    SEARCH_CORPUS,
+    SEARCH_TOOLS,
+    VERIFY,
+)
 from harness_app.harness.types import Document, Retriever, SearchHit
 from harness_app.harness.verify import Verifier
 from harness_app.harness.working_memory import doc_label
 
-if TYPE_CHECKING:
-    from harness_app.harness.env import HarnessConfig
-
-SEARCH_TOOLS = frozenset({"search_corpus", "fan_out_search"})
 _BACKFILL_ROUNDS = 3
 _FINAL_REASONING_CHARS = 2000
 
@@ -65,14 +73,14 @@ class ToolRunner:
         self.new_shown: list[str] = []
         self.events_from = 0
         self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
-            "search_corpus": self.search_corpus,
-            "fan_out_search": self.fan_out_search,
-            "grep_corpus": self.grep_corpus,
-            "read_document": self.read_document,
-            "review_docs": self.review_docs,
-            "curate": self.curate,
-            "verify": self.verify,
-            "end_search": self.end_search,
+            SEARCH_CORPUS: self.search_corpus,
+            FAN_OUT_SEARCH: self.fan_out_search,
+            GREP_CORPUS: self.grep_corpus,
+            READ_DOCUMENT: self.read_document,
+            REVIEW_DOCS: self.review_docs,
+            CURATE: self.curate,
+            VERIFY: self.verify,
+            END_SEARCH: self.end_search,
         }
 
     def begin_turn(self) -> None:
@@ -93,14 +101,14 @@ class ToolRunner:
     def search_corpus(self, arguments: dict[str, Any]) -> str:
         first = self._is_first_search()
         query = arguments["query"].strip()
-        text, shown = self._search_block(query, self.config.search_k, "search_corpus")
+        text, shown = self._search_block(query, self.config.search_k, SEARCH_CORPUS)
         return text + self._auto_seed(shown, first)
 
     def fan_out_search(self, arguments: dict[str, Any]) -> str:
         first = self._is_first_search()
         blocks, per_query = [], []
         for query in arguments["queries"]:
-            text, shown = self._search_block(query.strip(), self.config.fan_out_k, "fan_out_search")
+            text, shown = self._search_block(query.strip(), self.config.fan_out_k, FAN_OUT_SEARCH)
             blocks.append(text)
             per_query.append(shown)
         # Seed round-robin so every sub-question is represented in the seeded set.
@@ -191,15 +199,13 @@ class ToolRunner:
             doc = hit.doc
             seen = doc.doc_id in self.state.memory
             if not seen:
-                self._register(
-                    doc, hit.context, score=0.0, query=f"grep:{raw}", source="grep_corpus"
-                )
+                self._register(doc, hit.context, score=0.0, query=f"grep:{raw}", source=GREP_CORPUS)
             self._mark_shown(doc.doc_id)
             lines.append(
                 f"- {doc_label(doc.doc_id, doc.title)}{' (seen)' if seen else ''}: {hit.context}"
             )
             ids.append(doc.doc_id)
-        self.state.searches.append(SearchRecord(self.state.turn, "grep_corpus", raw, ids))
+        self.state.searches.append(SearchRecord(self.state.turn, GREP_CORPUS, raw, ids))
         header = f"grep /{raw}/: {len(ids)} matching docs {self._grep_status(outcome)}"
         return "\n".join([header, *lines])
 
@@ -231,7 +237,7 @@ class ToolRunner:
             leading_snippet(doc, self.config.memory_snippet_chars),
             score=0.0,
             query="read",
-            source="read_document",
+            source=READ_DOCUMENT,
             read=True,
         )
         return f"{doc_label(doc.doc_id, doc.title)}\n{text}"

@@ -13,12 +13,13 @@ cur)) == cur` for any JSON objects; the property is tested with hypothesis.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 JsonObject = dict[str, Any]
 
 
-def diff(prev: JsonObject, cur: JsonObject) -> JsonObject:
+def diff(prev: Mapping[str, Any], cur: Mapping[str, Any]) -> JsonObject:
     """The delta turning `prev` into `cur` (both JSON objects); {} when they are equal."""
     out: JsonObject = {}
     removed = [k for k in prev if k not in cur]
@@ -49,7 +50,7 @@ def _extends(old: Any, new: Any) -> bool:
     )
 
 
-def apply(base: JsonObject, delta: JsonObject) -> JsonObject:
+def apply(base: Mapping[str, Any], delta: Mapping[str, Any]) -> JsonObject:
     """A new object: `base` with `delta` applied. `base` is not modified."""
     out = dict(base)
     for key in delta.get("del", ()):

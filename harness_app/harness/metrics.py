@@ -15,10 +15,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from harness_app.harness.tools import END_SEARCH
 from harness_app.harness.types import QuerySpec, Retriever
 
 # end_search only closes the episode; counting it would reward a policy for stopping.
-DIVERSITY_EXCLUDED_TOOLS = frozenset({"end_search"})
+DIVERSITY_EXCLUDED_TOOLS = frozenset({END_SEARCH})
 
 
 def _ratio(hits: int, total: int) -> float:
@@ -105,7 +106,7 @@ class EpisodeMetrics:
     relevant_count: int
     answer_count: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, float]:
         return asdict(self)
 
     @classmethod

@@ -107,7 +107,7 @@ class RewardBreakdown:
     total: float
     empty_set: bool
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, float | bool]:
         return asdict(self)
 
 

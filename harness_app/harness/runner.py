@@ -21,7 +21,8 @@ from harness_app.harness.metrics import (
 )
 from harness_app.harness.policies.base import Policy, PolicyError
 from harness_app.harness.reward import RewardBreakdown, RewardWeights, compute_reward
-from harness_app.harness.types import Observation, QuerySpec, ToolCall
+from harness_app.harness.state import HarnessStateJson
+from harness_app.harness.types import Observation, QuerySpec, ToolCall, ToolCallJson, ToolResultJson
 
 # Termination reasons the runner itself sets; the environment's own reasons pass through.
 POLICY_ERROR = "policy_error"
@@ -31,7 +32,7 @@ RUNNER_TURN_CAP = "runner_turn_cap"
 class HarnessStateLike(EpisodeStateLike, Protocol):
     """What the runner reads from the environment's state: the scored parts and a snapshot."""
 
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self) -> HarnessStateJson: ...
 
 
 class HarnessConfigLike(Protocol):
@@ -58,11 +59,11 @@ class TurnRecord:
     """One turn as it happened. Turn 0 is the reset: no calls, the opening observation."""
 
     turn: int
-    tool_calls: list[dict[str, Any]]
-    tool_results: list[dict[str, Any]]
+    tool_calls: list[ToolCallJson]
+    tool_results: list[ToolResultJson]
     observation_text: str
     working_memory: str
-    state: dict[str, Any]
+    state: HarnessStateJson
     recall: RecallSoFar
     policy_seconds: float
     env_seconds: float
@@ -103,10 +104,6 @@ class EpisodeResult:
         if with_turns:
             data["turns"] = [t.to_json() for t in self.turns]
         return data
-
-
-def _call_json(call: ToolCall) -> dict[str, Any]:
-    return {"name": call.name, "arguments": call.arguments, "call_id": call.call_id}
 
 
 class EpisodeRun:
@@ -187,8 +184,8 @@ class EpisodeRun:
     ) -> TurnRecord:
         record = TurnRecord(
             turn=obs.turn,
-            tool_calls=[_call_json(c) for c in calls],
-            tool_results=[asdict(r) for r in obs.tool_results],
+            tool_calls=[c.to_json() for c in calls],
+            tool_results=[r.to_json() for r in obs.tool_results],
             observation_text=obs.text,
             working_memory=obs.working_memory,
             state=self.env.state.to_json(),

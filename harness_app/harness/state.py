@@ -25,8 +25,9 @@ already in it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from harness_app.harness.graph import EvidenceGraph
 
@@ -96,7 +97,38 @@ class VerificationRecord:
     evidence: list[str]
 
 
-def _record_json(record: Any) -> dict[str, Any]:
+# One record's fields by name: the JSON of PoolEntry, MemoryEntry, CuratedItem, CurationEvent,
+# SearchRecord or VerificationRecord.
+RecordJson = dict[str, Any]
+_Record = TypeVar("_Record")
+
+
+class HarnessStateJson(TypedDict):
+    """`HarnessState.to_json()`: the snapshot each turn record carries and Turn rows store."""
+
+    query_id: str
+    question: str
+    turn: int
+    done: bool
+    termination_reason: str
+    final_reasoning: str
+    format_errors: int
+    error_streak: int
+    tokens_used: int
+    wm_tokens: int
+    tool_counts: dict[str, int]
+    shown: dict[str, int]
+    pool: dict[str, RecordJson]
+    memory: dict[str, RecordJson]
+    curated: dict[str, RecordJson]
+    curation_log: list[RecordJson]
+    suppressed: dict[str, str]
+    searches: list[RecordJson]
+    verifications: list[RecordJson]
+    graph: dict[str, Any]
+
+
+def _record_json(record: Any) -> RecordJson:
     # Records hold only str/int/float/bool and lists of str, so a shallow copy of each
     # list is enough for the snapshot not to alias live state.
     out = {}
@@ -106,7 +138,7 @@ def _record_json(record: Any) -> dict[str, Any]:
     return out
 
 
-def _records_json(items: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _records_json(items: Mapping[str, object]) -> dict[str, RecordJson]:
     return {k: _record_json(v) for k, v in items.items()}
 
 
@@ -148,7 +180,7 @@ class HarnessState:
     def evictions(self) -> list[CurationEvent]:
         return [e for e in self.curation_log if e.kind == "evicted"]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> HarnessStateJson:
         return {
             "query_id": self.query_id,
             "question": self.question,
@@ -173,7 +205,7 @@ class HarnessState:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HarnessState:
+    def from_json(cls, data: Mapping[str, Any]) -> HarnessState:
         return cls(
             query_id=data["query_id"],
             question=data["question"],
@@ -198,7 +230,7 @@ class HarnessState:
         )
 
 
-def _load(record_type: Any, data: dict[str, Any]) -> Any:
+def _load(record_type: Callable[..., _Record], data: RecordJson) -> _Record:
     return record_type(**{k: list(v) if isinstance(v, list) else v for k, v in data.items()})
 
 

@@ -17,6 +17,18 @@ from typing import Any
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.state import IMPORTANCE_LEVELS
 
+# The tool names, as models call them and as state and persisted episodes record them.
+SEARCH_CORPUS = "search_corpus"
+FAN_OUT_SEARCH = "fan_out_search"
+GREP_CORPUS = "grep_corpus"
+READ_DOCUMENT = "read_document"
+REVIEW_DOCS = "review_docs"
+CURATE = "curate"
+VERIFY = "verify"
+END_SEARCH = "end_search"
+# Ranked retrieval, unlike grep: only these auto-seed the curated set and quote their query.
+SEARCH_TOOLS = frozenset({SEARCH_CORPUS, FAN_OUT_SEARCH})
+
 
 class ArgumentError(ValueError):
     """Arguments the model sent do not fit the tool's schema; the message says how."""
@@ -86,12 +98,12 @@ def tool_specs(limits: ToolLimits, ablation: Ablation) -> list[ToolSpec]:
     """The tools that exist under this ablation, in a stable order."""
     specs = [
         ToolSpec(
-            "search_corpus",
+            SEARCH_CORPUS,
             "BM25 search. Returns the top documents not already returned in this episode.",
             _obj({"query": _string("Search query.", limits.max_query_chars)}, ["query"]),
         ),
         ToolSpec(
-            "fan_out_search",
+            FAN_OUT_SEARCH,
             f"Run up to {limits.max_queries} searches at once, e.g. one per sub-question.",
             _obj(
                 {
@@ -106,7 +118,7 @@ def tool_specs(limits: ToolLimits, ablation: Ablation) -> list[ToolSpec]:
             ),
         ),
         ToolSpec(
-            "grep_corpus",
+            GREP_CORPUS,
             "Regular-expression scan of the corpus (case-sensitive; start with (?i) to "
             "ignore case); at most 5 matching documents, with the matched text.",
             _obj(
@@ -115,12 +127,12 @@ def tool_specs(limits: ToolLimits, ablation: Ablation) -> list[ToolSpec]:
             ),
         ),
         ToolSpec(
-            "read_document",
+            READ_DOCUMENT,
             "Show the full text of one document.",
             _obj({"doc_id": _string("Document id.", 300)}, ["doc_id"]),
         ),
         ToolSpec(
-            "review_docs",
+            REVIEW_DOCS,
             "Recall what you already saw of up to 5 documents, from memory (no new search).",
             _obj(
                 {"doc_ids": _ids("Ids seen earlier in this episode.", limits.max_ids)}, ["doc_ids"]
@@ -129,7 +141,7 @@ def tool_specs(limits: ToolLimits, ablation: Ablation) -> list[ToolSpec]:
         ),
         _curate_spec(limits, ablation),
         ToolSpec(
-            "verify",
+            VERIFY,
             "Check whether documents support a claim; returns a verdict and evidence "
             "sentences per document.",
             _obj(
@@ -142,7 +154,7 @@ def tool_specs(limits: ToolLimits, ablation: Ablation) -> list[ToolSpec]:
             mechanism="verification",
         ),
         ToolSpec(
-            "end_search",
+            END_SEARCH,
             "Finish the episode; the curated set is your answer.",
             _obj({"reasoning": {"type": "string", "description": "Why you are done."}}, []),
         ),
@@ -166,12 +178,12 @@ def _curate_spec(limits: ToolLimits, ablation: Ablation) -> ToolSpec:
             f" (capacity {limits.max_curate_ids}; when full, a doc of a strictly lower tag "
             "is evicted)."
         )
-        return ToolSpec("curate", description, _obj(properties, []))
+        return ToolSpec(CURATE, description, _obj(properties, []))
     # Ablated tags are ignored rather than rejected: a policy trained with tags must not
     # rack up format errors merely because this episode does not use them.
     advertised = {k: v for k, v in properties.items() if k != "importance"}
     return ToolSpec(
-        "curate",
+        CURATE,
         description + f" (capacity {limits.max_curate_ids}).",
         _obj(advertised, []),
         accepts=_obj(properties, []),

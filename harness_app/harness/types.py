@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +83,17 @@ class ToolCall:
     arguments: dict[str, Any] | str
     call_id: str = ""
 
+    def to_json(self) -> ToolCallJson:
+        return {"name": self.name, "arguments": self.arguments, "call_id": self.call_id}
+
+
+class ToolCallJson(TypedDict):
+    """A ToolCall as turn records and Turn rows keep it."""
+
+    name: str
+    arguments: dict[str, Any] | str
+    call_id: str
+
 
 @dataclass(slots=True)
 class ToolResult:
@@ -91,6 +102,25 @@ class ToolResult:
     content: str  # exactly the text the model sees for this call
     ok: bool = True  # False means a format error (unknown tool, bad arguments, unknown id)
     error: str = ""
+
+    def to_json(self) -> ToolResultJson:
+        return {
+            "call_id": self.call_id,
+            "name": self.name,
+            "content": self.content,
+            "ok": self.ok,
+            "error": self.error,
+        }
+
+
+class ToolResultJson(TypedDict):
+    """A ToolResult as turn records and Turn rows keep it."""
+
+    call_id: str
+    name: str
+    content: str
+    ok: bool
+    error: str
 
 
 @dataclass(slots=True)

@@ -29,18 +29,16 @@ from __future__ import annotations
 import heapq
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.budget import BudgetStatus, render_budget
 from harness_app.harness.compress import clip
+from harness_app.harness.config import HarnessConfig
 from harness_app.harness.state import IMPORTANCE_LEVELS, HarnessState
-
-if TYPE_CHECKING:
-    from harness_app.harness.env import HarnessConfig
+from harness_app.harness.tools import FAN_OUT_SEARCH, GREP_CORPUS, SEARCH_CORPUS
 
 _NON_ALNUM = re.compile(r"[\W_]+")
-_TOOL_ABBREV = {"search_corpus": "search", "fan_out_search": "fan_out", "grep_corpus": "grep"}
+_TOOL_ABBREV = {SEARCH_CORPUS: "search", FAN_OUT_SEARCH: "fan_out", GREP_CORPUS: "grep"}
 
 
 def render_working_memory(state: HarnessState, config: HarnessConfig, ablation: Ablation) -> str:

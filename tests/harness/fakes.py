@@ -14,7 +14,8 @@ from typing import Any
 from rank_bm25 import BM25Okapi
 
 from harness_app.harness.ablation import Ablation
-from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.config import HarnessConfig
+from harness_app.harness.env import SearchHarness
 from harness_app.harness.text import analyze
 from harness_app.harness.types import Document, QuerySpec, SearchHit, ToolCall, ToolResult
 

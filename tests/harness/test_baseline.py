@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness_app.harness.ablation import MECHANISMS, Ablation
-from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.config import HarnessConfig
+from harness_app.harness.env import SearchHarness
 from harness_app.harness.metrics import single_search_recall
 from harness_app.harness.policies import PolicyError, make_policy
 from harness_app.harness.policies.baseline import BaselinePolicy

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from harness_app.harness.ablation import MECHANISMS, Ablation
-from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.config import HarnessConfig
+from harness_app.harness.env import SearchHarness
 from harness_app.harness.state import HarnessState
 from tests.harness.fakes import DOCS, QUESTION, FakeRetriever, call, make_env, step1
 

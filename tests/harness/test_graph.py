@@ -1,10 +1,15 @@
-"""Evidence graph: regex entities, bridges across documents, a drawable view."""
+"""Evidence graph: regex entities, bridges across documents, and the view the viewer draws."""
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from harness_app.harness.graph import EvidenceGraph, extract_entities
 from harness_app.harness.types import Document
 from tests.harness.fakes import DOCS, call, make_env
+
+# The projection the pages draw; a pure module, so no database is needed.
+from trajectories.selectors.graph import graph_data
 
 BY_ID = {d.doc_id: d for d in DOCS}
 
@@ -62,17 +67,12 @@ def test_view_has_doc_and_entity_nodes_edges_and_connected_docs():
     graph = EvidenceGraph()
     graph.add_document(BY_ID["Alan_Turing"], 1)
     graph.add_document(BY_ID["Bletchley_Park"], 2)
-    view = graph.to_view(curated={"Alan_Turing"})
-    ids = {n["id"] for n in view["nodes"]}
-    assert {"doc:Alan_Turing", "doc:Bletchley_Park", "ent:alan turing"} <= ids
-    assert {"source": "doc:Bletchley_Park", "target": "ent:alan turing", "turn": 2} in view["edges"]
-    link = next(
-        x
-        for x in view["doc_links"]
-        if {x["source"], x["target"]} == {"Alan_Turing", "Bletchley_Park"}
-    )
-    assert "second world war" in link["via"]
-    assert next(n for n in view["nodes"] if n["id"] == "doc:Alan_Turing")["curated"]
+    nodes, edges = _drawn(graph, curated={"Alan_Turing"})
+    assert {"doc:Alan_Turing", "doc:Bletchley_Park", "ent:alan turing"} <= set(nodes)
+    assert ("doc:Bletchley_Park", "ent:alan turing", 2) in edges
+    linked_by_war = {source for source, target, _ in edges if target == "ent:second world war"}
+    assert linked_by_war == {"doc:Alan_Turing", "doc:Bletchley_Park"}
+    assert nodes["doc:Alan_Turing"]["curated"]
 
 
 def test_env_renders_bridges_in_working_memory_and_round_trips_the_graph():
@@ -88,9 +88,33 @@ def test_view_as_of_an_earlier_turn_replays_the_graph():
     graph = EvidenceGraph()
     graph.add_document(BY_ID["Alan_Turing"], 1)
     graph.add_document(BY_ID["Bletchley_Park"], 3)
-    early = graph.to_view(turn=2)
-    assert [n["id"] for n in early["nodes"]] == ["doc:Alan_Turing"]
-    assert early["edges"] == [] and early["doc_links"] == []
-    late = graph.to_view(turn=3)
-    bridge = next(n for n in late["nodes"] if n["id"] == "ent:alan turing")
-    assert bridge["turn"] == 3
+    early_nodes, early_edges = _drawn(graph, as_of=2)
+    assert list(early_nodes) == ["doc:Alan_Turing"]
+    assert early_edges == []
+    late_nodes, _ = _drawn(graph, as_of=3)
+    assert late_nodes["ent:alan turing"]["turn"] == 3
+
+
+class _NoGold:
+    relevant: list[str] = []
+
+    def grade(self, doc_id: str) -> int | None:
+        return None
+
+
+def _drawn(
+    graph: EvidenceGraph, *, curated: Collection[str] = (), as_of: int | None = None
+) -> tuple[dict[str, dict], list[tuple[str, str, int]]]:
+    """The graph as the episode viewer draws it, as of a turn as its slider replays it:
+    nodes by id, and edges as (source id, target id, turn)."""
+    last = max(d.turn for d in graph.docs.values())
+    final = {"graph": graph.to_json(), "curated": dict.fromkeys(curated)}
+    data = graph_data(final, _NoGold(), last_turn=last)
+    shown = [n for n in data["nodes"] if as_of is None or n["turn"] <= as_of]
+    ids = [n["id"] for n in data["nodes"]]
+    edges = [
+        (ids[source], ids[target], turn)
+        for source, target, turn in data["edges"]
+        if as_of is None or turn <= as_of
+    ]
+    return {n["id"]: n for n in shown}, edges

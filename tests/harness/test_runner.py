@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.config import HarnessConfig
+from harness_app.harness.env import SearchHarness
 from harness_app.harness.policies import PolicyError
 from harness_app.harness.retrieval import BM25Index
 from harness_app.harness.reward import RewardWeights

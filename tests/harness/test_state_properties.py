@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness_app.harness.ablation import MECHANISMS, Ablation
-from harness_app.harness.env import HarnessConfig, SearchHarness
+from harness_app.harness.config import HarnessConfig
+from harness_app.harness.env import SearchHarness
 from harness_app.harness.state import HarnessState, consistency_problems
 from harness_app.harness.types import ToolCall
 from tests.harness.fakes import DOCS, QUESTION, FakeRetriever

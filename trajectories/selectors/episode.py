@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from harness_app.harness.env import HarnessConfig
+from harness_app.harness.config import HarnessConfig
 from harness_app.harness.text import analyze
 from harness_app.models import Document, Qrel
 from trajectories.models import Episode, ModelCall, Turn

@@ -2,10 +2,9 @@
 
 Read straight from the final state's graph JSON (`HarnessState.graph.to_json()`): documents
 carry the turn they were added and entities the documents they appear in, so the graph as
-of any turn is a filter of the final one. The shape follows `EvidenceGraph.to_view` (doc
-and bridge-entity nodes dated by turn, doc–entity edges), built here without its doc–doc
-link list, which costs O(documents²) per bridge and which the drawing does not use: for a
-500-document episode that list alone took 100 ms.
+of any turn is a filter of the final one: doc and bridge-entity nodes dated by turn, and
+doc–entity edges. There is no doc–doc link list: it costs O(documents²) per bridge and the
+drawing does not use it (for a 500-document episode that list alone took 100 ms).
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ def graph_growth(graph: Mapping[str, Any], gold: Grades, last_turn: int) -> list
     with another gold document).
 
     A bridge lists its documents in the order they were added, so it links its k-th
-    document to its first in the turn the k-th arrived (the turn an edge of `to_view`
+    document to its first in the turn the k-th arrived (the turn its doc–entity edge
     appears). One union-find pass over those links in turn order: linear in the graph,
     not turns × graph.
     """

@@ -9,10 +9,10 @@ batch progress in one transaction that first checks the attempt still owns the e
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -22,7 +22,12 @@ from django.utils import timezone
 from harness_app import queues
 from harness_app.harness import jsondelta
 from harness_app.harness.ablation import Ablation
-from harness_app.harness.reward import RewardWeights
+from harness_app.harness.graph import EvidenceGraph
+from harness_app.harness.llm.client import ModelCallRecord
+from harness_app.harness.metrics import EpisodeMetrics
+from harness_app.harness.reward import RewardBreakdown, RewardWeights
+from harness_app.harness.runner import TurnRecord
+from harness_app.harness.state import HarnessState, HarnessStateJson
 from harness_app.models import Benchmark, Document, PolicyConfig, PolicyKind
 from trajectories.models import (
     FAILED_REASONS,
@@ -265,36 +270,36 @@ def episode_release(*, claim: Claim) -> None:
 def turn_record(
     *,
     claim: Claim,
-    turn: dict[str, Any],
-    calls: list[tuple[int, Any]],
-    previous_state: dict[str, Any] | None = None,
+    turn: TurnRecord,
+    calls: Sequence[tuple[int, ModelCallRecord]],
+    previous_state: HarnessStateJson | None = None,
 ) -> None:
     """Persist one turn and the model calls made for it, and beat the heartbeat.
 
     With `previous_state` (the last turn's snapshot), the state is stored as a delta except
     on every SNAPSHOT_EVERY-th turn, which bounds how many deltas a reader applies.
     """
-    recall = turn["recall"]
-    state = turn["state"]
-    as_delta = previous_state is not None and turn["turn"] % SNAPSHOT_EVERY != 0
+    recall = turn.recall
+    state: Mapping[str, Any] = turn.state
+    as_delta = previous_state is not None and turn.turn % SNAPSHOT_EVERY != 0
     if previous_state is not None and as_delta:
-        state = jsondelta.diff(previous_state, state)
+        state = jsondelta.diff(previous_state, turn.state)
     with transaction.atomic():
         _relax_durability()
         Turn.objects.create(
             episode=claim.episode,
-            index=turn["turn"],
-            tool_calls=turn["tool_calls"],
-            tool_results=turn.get("tool_results", []),
-            observation=turn["observation_text"],
+            index=turn.turn,
+            tool_calls=turn.tool_calls,
+            tool_results=turn.tool_results,
+            observation=turn.observation_text,
             state=state,
             state_is_delta=as_delta,
-            curated_recall=recall["curated"],
-            trajectory_recall=recall["trajectory"],
-            final_answer_recall=recall["final_answer"],
-            format_errors=turn["state"].get("format_errors", 0),
-            harness_ms=turn["env_seconds"] * 1000,
-            policy_ms=turn["policy_seconds"] * 1000,
+            curated_recall=recall.curated,
+            trajectory_recall=recall.trajectory,
+            final_answer_recall=recall.final_answer,
+            format_errors=turn.state["format_errors"],
+            harness_ms=turn.env_seconds * 1000,
+            policy_ms=turn.policy_seconds * 1000,
         )
         model_calls_record(claim=claim, calls=calls)
         Episode.objects.filter(pk=claim.episode.pk).update(heartbeat_at=timezone.now())
@@ -312,7 +317,7 @@ def _relax_durability() -> None:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
-def model_calls_record(*, claim: Claim, calls: list[tuple[int, Any]]) -> None:
+def model_calls_record(*, claim: Claim, calls: Sequence[tuple[int, ModelCallRecord]]) -> None:
     ModelCall.objects.bulk_create(
         ModelCall(
             episode=claim.episode,
@@ -338,15 +343,24 @@ def episode_is_cancelled(*, claim: Claim) -> bool:
     return RolloutBatch.objects.filter(pk=batch_id, status=BatchStatus.CANCELLED).exists()
 
 
-@dataclass
+class EpisodeTimings(TypedDict):
+    """Seconds per stage of one run, as `Episode.timings` stores them."""
+
+    setup_s: float  # building the retriever, the harness and the policy
+    episode_s: float  # from the start of setup to the end of the last turn
+
+
+@dataclass(frozen=True)
 class EpisodeOutcome:
+    """How an episode ended. A worker that gave up before scoring has no metrics, reward,
+    timings or state: the episode is stored with empty metrics and no reward."""
+
     termination_reason: str
-    metrics: dict[str, Any]
-    reward: float | None
-    reward_components: dict[str, Any]
-    timings: dict[str, float]
     policy_version: str
-    state: Any = None  # the harness's final HarnessState, for the final-state rows
+    metrics: EpisodeMetrics | None = None
+    reward: RewardBreakdown | None = None
+    timings: EpisodeTimings | None = None
+    state: HarnessState | None = None  # for the final-state rows
     error: str = ""
 
 
@@ -361,23 +375,17 @@ def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
         status = EpisodeStatus.CANCELLED
     else:
         status = EpisodeStatus.FAILED if failed else EpisodeStatus.COMPLETED
-    metrics = outcome.metrics
+    reward = outcome.reward
     Episode.objects.filter(pk=episode.pk).update(
         status=status,
         termination_reason=outcome.termination_reason,
         error=outcome.error,
-        metrics=metrics,
-        reward=outcome.reward,
-        reward_components=outcome.reward_components,
-        timings=outcome.timings,
+        reward=reward.total if reward else None,
+        reward_components=reward.to_json() if reward else {},
+        timings=outcome.timings or {},
         policy_version=outcome.policy_version,
-        curated_recall=metrics.get("curated_recall"),
-        trajectory_recall=metrics.get("trajectory_recall"),
-        final_answer_recall=metrics.get("final_answer_recall"),
-        tool_diversity=metrics.get("tool_diversity"),
-        turns=metrics.get("turns", 0),
-        format_errors=metrics.get("format_errors", 0),
         finished_at=timezone.now(),
+        **_metric_columns(outcome.metrics),
     )
     if outcome.state is not None:
         final_state_record(episode=episode, state=outcome.state)
@@ -393,16 +401,31 @@ def episode_fail(*, episode_id: int, reason: str, message: str) -> None:
         episode = Episode.objects.select_for_update().filter(pk=episode_id).first()
         if episode is None or episode.status != EpisodeStatus.RUNNING:
             return
-        outcome = EpisodeOutcome(
-            termination_reason=reason,
-            metrics={},
-            reward=None,
-            reward_components={},
-            timings={},
-            policy_version="",
-            error=message,
-        )
+        outcome = EpisodeOutcome(termination_reason=reason, policy_version="", error=message)
         episode_finish(claim=Claim(episode=episode, attempt=episode.attempts), outcome=outcome)
+
+
+def _metric_columns(metrics: EpisodeMetrics | None) -> dict[str, Any]:
+    """The metrics JSON and the columns copied out of it for filtering and sorting."""
+    if metrics is None:
+        return {
+            "metrics": {},
+            "curated_recall": None,
+            "trajectory_recall": None,
+            "final_answer_recall": None,
+            "tool_diversity": None,
+            "turns": 0,
+            "format_errors": 0,
+        }
+    return {
+        "metrics": metrics.to_json(),
+        "curated_recall": metrics.curated_recall,
+        "trajectory_recall": metrics.trajectory_recall,
+        "final_answer_recall": metrics.final_answer_recall,
+        "tool_diversity": metrics.tool_diversity,
+        "turns": metrics.turns,
+        "format_errors": metrics.format_errors,
+    }
 
 
 def _batch_progress(*, batch_id: int, ok: bool) -> None:
@@ -421,7 +444,7 @@ def _batch_progress(*, batch_id: int, ok: bool) -> None:
         batch.save(update_fields=["status", "finished_at"])
 
 
-def final_state_record(*, episode: Episode, state: Any) -> None:
+def final_state_record(*, episode: Episode, state: HarnessState) -> None:
     """Curated items, the evidence graph (documents and bridge entities) and verifications."""
     batch = episode.batch
     assert batch is not None  # final states are the harness's: rollouts only
@@ -455,7 +478,7 @@ def final_state_record(*, episode: Episode, state: Any) -> None:
     _graph_record(episode=episode, graph=state.graph)
 
 
-def _graph_record(*, episode: Episode, graph: Any) -> None:
+def _graph_record(*, episode: Episode, graph: EvidenceGraph) -> None:
     # Only bridge entities are stored as rows: they are what connects documents, and
     # non-bridge entities stay in each turn's state snapshot.
     bridges = [graph.entities[k] for k in graph.bridges]

@@ -40,6 +40,15 @@ from harness_app.harness.policies.evidence import (
     titled_doc,
 )
 from harness_app.harness.state import HarnessState
+from harness_app.harness.tools import (
+    CURATE,
+    END_SEARCH,
+    FAN_OUT_SEARCH,
+    READ_DOCUMENT,
+    REVIEW_DOCS,
+    SEARCH_CORPUS,
+    VERIFY,
+)
 from harness_app.harness.types import Observation, ToolCall
 
 _WARNING = re.compile(r"WARNING (\d+)% of")
@@ -101,7 +110,7 @@ class BaselinePolicy:
 
     def _search(self, state: HarnessState) -> list[ToolCall]:
         self._phase = "expand"
-        return [ToolCall("search_corpus", {"query": self._question})]
+        return [ToolCall(SEARCH_CORPUS, {"query": self._question})]
 
     def _expand(self, state: HarnessState) -> list[ToolCall]:
         hits = question_hits(state)
@@ -116,9 +125,9 @@ class BaselinePolicy:
         calls = []
         queries = self._follow_ups(state, candidates)
         if queries:
-            calls.append(ToolCall("fan_out_search", {"queries": queries}))
-        if self._has("read_document"):
-            calls.append(ToolCall("read_document", {"doc_id": hop_docs[0]}))
+            calls.append(ToolCall(FAN_OUT_SEARCH, {"queries": queries}))
+        if self._has(READ_DOCUMENT):
+            calls.append(ToolCall(READ_DOCUMENT, {"doc_id": hop_docs[0]}))
         return calls or self._curate(state)
 
     def _retry_search(self, state: HarnessState) -> list[ToolCall]:
@@ -127,7 +136,7 @@ class BaselinePolicy:
         if self._retried or not shorter or shorter == self._question:
             return self._finish(state)
         self._retried = True
-        return [ToolCall("search_corpus", {"query": shorter})]
+        return [ToolCall(SEARCH_CORPUS, {"query": shorter})]
 
     def _follow_ups(self, state: HarnessState, bridges: list[Candidate]) -> list[str]:
         """Bridge entities first, then question entities, skipping already-shown articles."""
@@ -142,40 +151,40 @@ class BaselinePolicy:
     def _curate(self, state: HarnessState) -> list[ToolCall]:
         unread = self._unread_hidden(state)
         if unread:
-            return [ToolCall("read_document", {"doc_id": d}) for d in unread]
+            return [ToolCall(READ_DOCUMENT, {"doc_id": d}) for d in unread]
         chosen = self._best(state)
         if not chosen:
             return self._finish(state)
         self._vouched = {d for d, _ in chosen if self._is_entity_article(state, d)}
         self._phase = "verify"
         calls = []
-        if self._has("review_docs"):
+        if self._has(REVIEW_DOCS):
             # The review card (snippet, entities, verdicts) puts what the choice rests on
             # into the transcript, the habit SFT data from this policy should teach.
-            calls.append(ToolCall("review_docs", {"doc_ids": [d for d, _ in chosen][:5]}))
+            calls.append(ToolCall(REVIEW_DOCS, {"doc_ids": [d for d, _ in chosen][:5]}))
         calls.append(_curate_call(state, chosen))
         return calls
 
     def _verify(self, state: HarnessState) -> list[ToolCall]:
         ids = list(state.curated)[: self.config.verify_size]
-        if not ids or not self._has("verify"):
+        if not ids or not self._has(VERIFY):
             return self._finish(state)
         self._phase = "finish"
         claim = claim_from_question(self._question)
-        return [ToolCall("verify", {"claim": claim, "doc_ids": ids})]
+        return [ToolCall(VERIFY, {"claim": claim, "doc_ids": ids})]
 
     def _finish(self, state: HarnessState) -> list[ToolCall]:
         self._phase = "finish"
         calls = []
         retag = self._retag_by_verdict(state)
         if retag:
-            calls.append(ToolCall("curate", {"importance": retag}))
+            calls.append(ToolCall(CURATE, {"importance": retag}))
         entities = ", ".join(list(self._entity_scores)[:3]) or "none found"
         reasoning = (
             f"curated {len(state.curated)} documents for the question and its bridge "
             f"entities ({entities})"
         )
-        calls.append(ToolCall("end_search", {"reasoning": reasoning}))
+        calls.append(ToolCall(END_SEARCH, {"reasoning": reasoning}))
         return calls
 
     def _wrap_up(self, state: HarnessState) -> list[ToolCall]:
@@ -183,7 +192,7 @@ class BaselinePolicy:
         self._phase = "finish"
         chosen = self._best(state)
         calls = [_curate_call(state, chosen)] if chosen else []
-        calls.append(ToolCall("end_search", {"reasoning": "budget nearly spent"}))
+        calls.append(ToolCall(END_SEARCH, {"reasoning": "budget nearly spent"}))
         return calls
 
     # -- helpers ---------------------------------------------------------------------------
@@ -195,7 +204,7 @@ class BaselinePolicy:
         reading it makes it an ordinary candidate. On dev500 one hidden document was the
         answer ("Motion City Soundtrack" behind its discography page).
         """
-        if self._hidden_read or not self._has("read_document"):
+        if self._hidden_read or not self._has(READ_DOCUMENT):
             return []
         self._hidden_read = True
         unread = [d for d in state.suppressed if d not in state.memory]
@@ -235,7 +244,7 @@ class BaselinePolicy:
         # read_document answers "<id> [title]\n<full text>"; the text feeds entity mining
         # when the evidence graph is switched off.
         for result in observation.tool_results:
-            if result.name == "read_document" and result.ok:
+            if result.name == READ_DOCUMENT and result.ok:
                 label, _, text = result.content.partition("\n")
                 self._full_texts[label.split(" ", 1)[0]] = text
 
@@ -253,7 +262,7 @@ def _curate_call(state: HarnessState, chosen: list[tuple[str, float]]) -> ToolCa
     remove = [d for d in state.curated if d not in importance]
     if remove:
         arguments["remove_ids"] = remove
-    return ToolCall("curate", arguments)
+    return ToolCall(CURATE, arguments)
 
 
 def _tag(score: float, top: float) -> str:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from harness_app.harness.graph import entity_key, extract_entities
 from harness_app.harness.state import HarnessState
 from harness_app.harness.text import ENGLISH_STOP_WORDS, words
+from harness_app.harness.tools import SEARCH_TOOLS
 from harness_app.harness.types import Document
 
-SEARCH_TOOLS = ("search_corpus", "fan_out_search")
 # Years and bare numbers link unrelated documents; they make poor follow-up queries.
 _KIND_WEIGHT = {"name": 1.0, "work": 1.0, "acronym": 0.5}
 _PAREN_SUFFIX = re.compile(r"\s*\([^)]*\)\s*$")
