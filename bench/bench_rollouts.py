@@ -95,10 +95,10 @@ def per_turn_overhead(bench: Any, episodes: int) -> dict[str, Any]:
     from harness_app.indexes import corpus_retriever
     from harness_app.models import PolicyConfig, PolicyKind
     from trajectories.rollout import query_spec
-    from trajectories.services import rollouts as services
+    from trajectories.services import rollouts
 
     policy, _ = PolicyConfig.objects.get_or_create(name="baseline", kind=PolicyKind.BASELINE)
-    batch = services.batch_create(
+    batch = rollouts.batch_create(
         benchmark=bench, policy=policy, query_limit=episodes, max_turns=40
     )
     retriever = corpus_retriever(bench.corpus)
@@ -106,7 +106,7 @@ def per_turn_overhead(bench: Any, episodes: int) -> dict[str, Any]:
     db_ms: list[float] = []
     ids: list[int] = []
     for episode in batch.episodes.select_related("query"):
-        claim = services.episode_claim(episode_id=episode.pk)
+        claim = rollouts.episode_claim(episode_id=episode.pk)
         assert claim is not None
         config = HarnessConfig(max_turns=40, context_token_limit=10**9)
         env = SearchHarness(retriever, config=config, ablation=Ablation())
@@ -121,11 +121,11 @@ def per_turn_overhead(bench: Any, episodes: int) -> dict[str, Any]:
             obs = env.step(calls)
             stepped = time.perf_counter()
             record = _turn(env, obs, spec, calls)
-            services.turn_record(claim=claim, turn=record, calls=[], previous_state=previous)
+            rollouts.turn_record(claim=claim, turn=record, calls=[], previous_state=previous)
             previous = record.state
             env_ms.append((stepped - started) * 1000)
             db_ms.append((time.perf_counter() - stepped) * 1000)
-        services.episode_finish(claim=claim, outcome=_outcome(env, spec))
+        rollouts.episode_finish(claim=claim, outcome=_outcome(env, spec))
         ids.append(episode.pk)
     total = [a + b for a, b in zip(env_ms, db_ms, strict=True)]
     return {

@@ -17,7 +17,7 @@ from harness_app.models import PolicyConfig, PolicyKind
 from tests import factories
 from tests.training_rl.jobs import job_create, rollouts_finish, step_batch
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLStepStatus
-from training.services import rl_jobs as services_rl
+from training.services import rl_jobs
 from training.services.rl_jobs import RLJobError, rl_job_advance
 from trajectories.models import (
     BatchStatus,
@@ -74,9 +74,9 @@ def test_steps_take_successive_slices_of_the_queries_and_wrap(llm_policy, weight
     job = job_create(benchmark, llm_policy, weights_dir, queries_per_step=5)
     ids = list(benchmark.queries.order_by("pk").values_list("pk", flat=True))
     assert len(ids) == 12
-    assert services_rl.step_query_ids(job, 0) == ids[0:5]
-    assert services_rl.step_query_ids(job, 1) == ids[5:10]
-    assert services_rl.step_query_ids(job, 2) == ids[10:12] + ids[0:3]
+    assert rl_jobs.step_query_ids(job, 0) == ids[0:5]
+    assert rl_jobs.step_query_ids(job, 1) == ids[5:10]
+    assert rl_jobs.step_query_ids(job, 2) == ids[10:12] + ids[0:3]
 
 
 # --- advance ---------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def test_the_first_advance_samples_g_rollouts_per_query_from_version_0(llm_polic
     batch = step_batch(job, 0)
     assert batch.policy == llm_policy and batch.samples_per_query == 3
     assert sorted(batch.groups.values_list("query_id", flat=True)) == (
-        services_rl.step_query_ids(job, 0)
+        rl_jobs.step_query_ids(job, 0)
     )
     # While the rollouts run, advancing only waits.
     assert rl_job_advance(job_id=job.pk) == wait
@@ -144,12 +144,12 @@ def test_a_step_without_reward_variance_trains_nothing_and_the_next_samples_the_
 def test_cancelling_a_job_stops_its_running_batch(llm_policy, weights_dir):
     job = job_create(factories.demo_benchmark(), llm_policy, weights_dir)
     rl_job_advance(job_id=job.pk)
-    assert services_rl.rl_job_cancel(job=job) is True
+    assert rl_jobs.rl_job_cancel(job=job) is True
     job.refresh_from_db()
     assert job.status == RLJobStatus.CANCELLED
     assert step_batch(job, 0).status == BatchStatus.CANCELLED
     assert rl_job_advance(job_id=job.pk) is None
-    assert services_rl.rl_job_cancel(job=job) is False
+    assert rl_jobs.rl_job_cancel(job=job) is False
 
 
 # --- a trained step (the real trainer on SmolLM2) ------------------------------------------

@@ -158,12 +158,12 @@ def test_a_database_error_mid_episode_gives_the_episode_back_for_the_retry(
 ):
     from django.db import OperationalError
 
-    from trajectories.services import rollouts as services
+    from trajectories.services import rollouts
 
     with django_capture_on_commit_callbacks():
         batch = batch_create(benchmark=demo_benchmark, policy=baseline_policy, query_limit=1)
     episode = batch.episodes.get()
-    real = services.turn_record
+    real = rollouts.turn_record
     calls = {"n": 0}
 
     def flaky(**kwargs):
@@ -172,7 +172,7 @@ def test_a_database_error_mid_episode_gives_the_episode_back_for_the_retry(
             raise OperationalError("database is locked")
         return real(**kwargs)
 
-    monkeypatch.setattr(services, "turn_record", flaky)
+    monkeypatch.setattr(rollouts, "turn_record", flaky)
     with pytest.raises(OperationalError):
         episode_run(episode_id=episode.pk)
     episode.refresh_from_db()
