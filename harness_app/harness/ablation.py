@@ -7,7 +7,9 @@ each other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 from typing import Any
 
 MECHANISMS: tuple[str, ...] = (
@@ -84,3 +86,37 @@ def _check_names(names: tuple[str, ...]) -> None:
         raise ValueError(
             f"unknown mechanism(s) {', '.join(map(repr, unknown))}; known: {', '.join(MECHANISMS)}"
         )
+
+
+# Harness-1's ablation conditions (inference/queue_browsecomp_ablation.py in the public
+# reference), by the reference's names, in its order. Each single-mechanism condition maps
+# onto one of ours. The reference's minus_importance_tags also switches off its
+# "subtractive curation" flag (tag-ranked eviction); here a tagless full set already refuses
+# adds, so importance_tags covers both. all_harness_mechanisms_disabled sets every V8D_* mechanism
+# flag to 0, V8D_TOKEN_BUDGET_MARKER included, and makes review_docs unavailable, so
+# budget_marker belongs to it and every one of MECHANISMS is off. The budget itself is
+# still enforced there, as in the reference; only the marker line goes.
+REFERENCE_CONDITIONS: Mapping[str, Ablation] = MappingProxyType(
+    {
+        "full": Ablation(),
+        "minus_auto_seed": Ablation().without("auto_seed"),
+        "minus_importance_tags": Ablation().without("importance_tags"),
+        "minus_evidence_graph": Ablation().without("evidence_graph"),
+        "minus_verify": Ablation().without("verification"),
+        "minus_sentence_compress": Ablation().without("compression"),
+        "minus_content_dedup": Ablation().without("dedup"),
+        "minus_review_docs": Ablation().without("review_docs"),
+        "all_harness_mechanisms_disabled": Ablation().without(*MECHANISMS),
+    }
+)
+
+
+def reference_conditions(names: Sequence[str]) -> list[tuple[str, Ablation]]:
+    """The named reference conditions, in the order given; an unknown name is a ValueError."""
+    unknown = [n for n in names if n not in REFERENCE_CONDITIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown condition(s) {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(REFERENCE_CONDITIONS)}"
+        )
+    return [(name, REFERENCE_CONDITIONS[name]) for name in names]

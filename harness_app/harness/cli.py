@@ -3,6 +3,8 @@
     python -m harness_app.harness eval BEIR_DIR [--policy baseline] [--limit N]
         [--ablate MECHANISM ...] [--all-ablations] [--max-turns 40] [--runs 1]
         [--out FILE] [--json] [--split test] [--index-dir DIR]
+    python -m harness_app.harness ablate BEIR_DIR [--policy baseline] [--runs 1] [--limit N]
+        [--conditions full,minus_verify,...] [--csv FILE] [--json] [--max-turns 40]
     python -m harness_app.harness bench-retrieval BEIR_DIR [--json] [--split test]
     python -m harness_app.harness single-bm25 BEIR_DIR [--k 5 10 30] [--limit N] [--json]
 
@@ -14,13 +16,19 @@ agent has to clear: cut at each episode's curated-set size (`bm25_*_same_k`, to 
 with curated and final-answer recall) and at the number of documents it was shown
 (`bm25_*_same_shown`, to compare with trajectory recall).
 
-Bad input (a missing folder or file, an unknown mechanism or policy, a malformed BEIR
+`ablate` runs Harness-1's named ablation conditions (`ablation.REFERENCE_CONDITIONS`) x N
+runs in this one process and reports each of the reference's metrics as mean and std
+across runs: a table, or with --json one object with a `conditions` list; --csv writes the
+reference's CSV columns with the means.
+
+Bad input (a missing folder or file, an unknown mechanism, condition or policy, a malformed BEIR
 line) prints one "error: ..." line and exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import statistics
@@ -32,7 +40,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness_app.harness.ablation import MECHANISMS, Ablation
+from harness_app.harness.ablation import (
+    MECHANISMS,
+    REFERENCE_CONDITIONS,
+    Ablation,
+    reference_conditions,
+)
 from harness_app.harness.beir import BeirFormatError, beir_paths, beir_queries
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
@@ -170,6 +183,35 @@ def evaluate_condition(
         }
 
 
+def run_condition(
+    retriever: Retriever,
+    queries: Sequence[QuerySpec],
+    *,
+    policy_name: str,
+    ablation: Ablation,
+    config: HarnessConfig,
+    runs: int,
+    out: TextIO | None = None,
+) -> list[list[dict[str, Any]]]:
+    """Every run of one condition, as its per-query rows; each run is written to `out`."""
+    per_run = []
+    for run in range(runs):
+        rows = list(
+            evaluate_condition(
+                retriever,
+                queries,
+                policy_name=policy_name,
+                ablation=ablation,
+                config=config,
+                run=run,
+            )
+        )
+        if out is not None:
+            out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        per_run.append(rows)
+    return per_run
+
+
 def aggregate_rows(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Mean of each averaged value over the rows of one run."""
     return {
@@ -192,8 +234,12 @@ def combine_runs(
 
 def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     """A fixed-width text table, one line per condition."""
-    header = [*TABLE_COLUMNS]
-    lines = [[_cell(s, column) for column in TABLE_COLUMNS] for s in summaries]
+    return _text_table(
+        [*TABLE_COLUMNS], [[_cell(s, column) for column in TABLE_COLUMNS] for s in summaries]
+    )
+
+
+def _text_table(header: list[str], lines: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -221,10 +267,14 @@ def _rows_file(path: str | None) -> Iterator[TextIO | None]:
         yield handle
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    if args.policy not in POLICY_FACTORIES:
+def _check_policy(name: str) -> None:
+    if name not in POLICY_FACTORIES:
         known = ", ".join(sorted(POLICY_FACTORIES))
-        raise CliError(f"unknown policy {args.policy!r} (known: {known})")
+        raise CliError(f"unknown policy {name!r} (known: {known})")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    _check_policy(args.policy)
     if args.runs < 1 or args.max_turns < 1 or (args.limit is not None and args.limit < 1):
         raise CliError("--runs, --max-turns and --limit must be at least 1")
     conditions = conditions_from_args(args)
@@ -236,21 +286,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     summaries = []
     with _rows_file(args.out) as out:
         for ablation in conditions:
-            per_run = []
-            for run in range(args.runs):
-                rows = list(
-                    evaluate_condition(
-                        retriever,
-                        queries,
-                        policy_name=args.policy,
-                        ablation=ablation,
-                        config=config,
-                        run=run,
-                    )
-                )
-                if out is not None:
-                    out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-                per_run.append(aggregate_rows(rows))
+            runs = run_condition(
+                retriever,
+                queries,
+                policy_name=args.policy,
+                ablation=ablation,
+                config=config,
+                runs=args.runs,
+                out=out,
+            )
+            per_run = [aggregate_rows(rows) for rows in runs]
             summaries.append(combine_runs(ablation.label, args.policy, len(queries), per_run))
     _print_summaries(summaries, args, time.perf_counter() - started)
     return 0
@@ -265,6 +310,142 @@ def _print_summaries(
         return
     for summary in summaries:
         print(json.dumps({**summary, "wall_seconds": round(took, 2)}))
+
+
+# -- ablate: the reference's condition matrix ------------------------------------------------
+
+# The reference's CSV columns after condition and n, each reported as mean and std over runs.
+MATRIX_METRICS = (
+    "recall",
+    "trajectory_recall",
+    "final_answer_recall",
+    "tool_diversity",
+    "turns",
+    "errors",
+)
+
+
+def episode_failed(row: dict[str, Any]) -> bool:
+    """The reference's `error`: the episode ended on format failures or the policy gave up.
+
+    Single malformed calls in an episode that went on are not errors there; they show in the
+    eval's own `errors` (mean format-error calls) instead.
+    """
+    return row["termination_reason"] == "format_errors" or bool(row["error"])
+
+
+def matrix_run(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """One run of one condition: the means the reference reports, and its error count."""
+    means = aggregate_rows(rows)
+    return {
+        **{metric: means[metric] for metric in MATRIX_METRICS if metric != "errors"},
+        "errors": float(sum(episode_failed(row) for row in rows)),
+    }
+
+
+def matrix_entry(condition: str, n: int, per_run: Sequence[dict[str, float]]) -> dict[str, Any]:
+    """`<metric>_mean` and `<metric>_std` (population std across runs) for one condition."""
+    entry: dict[str, Any] = {"condition": condition, "n": n, "runs": len(per_run)}
+    for metric in MATRIX_METRICS:
+        values = [run[metric] for run in per_run]
+        entry[f"{metric}_mean"] = round(statistics.fmean(values), 4)
+        entry[f"{metric}_std"] = round(statistics.pstdev(values), 4)
+    return entry
+
+
+def format_matrix(entries: Sequence[dict[str, Any]]) -> str:
+    """A fixed-width table of mean ± std, one line per condition."""
+    header = ["condition", "n", *MATRIX_METRICS]
+    lines = [
+        [e["condition"], str(e["n"]), *(_spread(e, metric) for metric in MATRIX_METRICS)]
+        for e in entries
+    ]
+    return _text_table(header, lines)
+
+
+def _spread(entry: dict[str, Any], metric: str) -> str:
+    digits = 2 if metric in ("tool_diversity", "turns", "errors") else 3
+    return f"{entry[f'{metric}_mean']:.{digits}f} ± {entry[f'{metric}_std']:.{digits}f}"
+
+
+def write_matrix_csv(path: str, entries: Sequence[dict[str, Any]]) -> None:
+    """The reference's CSV: one row per condition, the means as values."""
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["condition", "n", *MATRIX_METRICS])
+            for entry in entries:
+                values = [_csv_number(metric, entry[f"{metric}_mean"]) for metric in MATRIX_METRICS]
+                writer.writerow([entry["condition"], entry["n"], *values])
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _csv_number(metric: str, value: float) -> str:
+    # The reference writes turns with 2 decimals and errors as a count; a count averaged
+    # over runs may be fractional.
+    if metric == "errors":
+        return str(int(value)) if value.is_integer() else f"{value:.2f}"
+    return f"{value:.2f}" if metric == "turns" else f"{value:.4f}"
+
+
+def conditions_from_names(text: str | None) -> list[tuple[str, Ablation]]:
+    """--conditions "a,b": the named reference conditions, or all of them when not given."""
+    if text is None:
+        return list(REFERENCE_CONDITIONS.items())
+    names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if not names:
+        raise CliError(
+            f"--conditions names no condition (known: {', '.join(REFERENCE_CONDITIONS)})"
+        )
+    try:
+        return reference_conditions(names)
+    except ValueError as exc:
+        raise CliError(f"--conditions: {exc}") from None
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    _check_policy(args.policy)
+    for flag in ("runs", "max_turns", "limit"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise CliError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+    conditions = conditions_from_names(args.conditions)
+    folder = _check_folder(args.beir_dir, args.split)
+    if args.csv and not Path(args.csv).resolve().parent.is_dir():
+        raise CliError(f"cannot write {args.csv}: its folder does not exist")
+    queries = _load_queries(folder, args.split, args.limit)
+    retriever = _open_retriever(folder, args.index_dir)
+    config = HarnessConfig(max_turns=args.max_turns)
+    started = time.perf_counter()
+    entries = []
+    for name, ablation in conditions:
+        runs = run_condition(
+            retriever,
+            queries,
+            policy_name=args.policy,
+            ablation=ablation,
+            config=config,
+            runs=args.runs,
+        )
+        entries.append(matrix_entry(name, len(queries), [matrix_run(rows) for rows in runs]))
+    if args.csv:
+        write_matrix_csv(args.csv, entries)
+    _print_matrix(entries, args, folder.name, time.perf_counter() - started)
+    return 0
+
+
+def _print_matrix(
+    entries: list[dict[str, Any]], args: argparse.Namespace, dataset: str, took: float
+) -> None:
+    if args.json:
+        header = {"dataset": dataset, "split": args.split, "policy": args.policy}
+        settings = {"runs": args.runs, "max_turns": args.max_turns, "wall_seconds": round(took, 2)}
+        print(json.dumps({**header, **settings, "conditions": entries}))
+        return
+    print(format_matrix(entries))
+    queries = entries[0]["n"]  # never empty: conditions_from_names names at least one
+    print(f"({len(entries)} conditions x {args.runs} run(s) x {queries} queries, {took:.1f}s)")
 
 
 # -- bench-retrieval and single-bm25 -------------------------------------------------------
@@ -319,6 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     _add_eval(commands)
+    _add_ablate(commands)
     bench = _command(commands, "bench-retrieval", cmd_bench_retrieval, "BM25 nDCG@10/recall@100")
     bench.add_argument("--json", action="store_true", help="print the result as JSON")
     single = _command(commands, "single-bm25", cmd_single_bm25, "plain BM25 recall@k")
@@ -353,6 +535,21 @@ def _add_eval(commands: Any) -> None:
     sub.add_argument("--runs", type=int, default=1, help="repeat every condition N times")
     sub.add_argument("--out", help="write per-query rows (JSONL) here")
     sub.add_argument("--json", action="store_true", help="JSON lines even with --all-ablations")
+
+
+def _add_ablate(commands: Any) -> None:
+    sub = _command(commands, "ablate", cmd_ablate, "Harness-1's ablation conditions x N runs")
+    sub.add_argument("--policy", default="baseline", help="registered policy name")
+    sub.add_argument("--runs", type=int, default=1, help="repeat every condition N times")
+    sub.add_argument("--limit", type=int, help="only the first N judged queries")
+    sub.add_argument(
+        "--conditions",
+        metavar="A,B,...",
+        help=f"comma-separated, default all: {', '.join(REFERENCE_CONDITIONS)}",
+    )
+    sub.add_argument("--csv", metavar="FILE", help="write the reference's CSV (means) here")
+    sub.add_argument("--json", action="store_true", help="print one JSON object")
+    sub.add_argument("--max-turns", type=int, default=40, help="turn budget per episode")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
