@@ -225,6 +225,16 @@ class ToolCallFormat(models.TextChoices):
     JSON_SCHEMA = "json_schema", "JSON schema"
 
 
+class ToolParser(models.TextChoices):
+    """How the policy reads tool calls from raw text on the token-in path
+    (harness_app/harness/llm/tool_parsers.py)."""
+
+    HERMES = "hermes", "Hermes / Qwen"
+    HARMONY = "harmony", "gpt-oss Harmony"
+    LLAMA3_JSON = "llama3_json", "Llama 3 JSON"
+    MISTRAL = "mistral", "Mistral"
+
+
 class PolicyConfig(models.Model):
     name = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=16, choices=PolicyKind.choices)
@@ -235,6 +245,9 @@ class PolicyConfig(models.Model):
     system_prompt_version = models.CharField(max_length=50, default="v1")
     tool_call_format = models.CharField(
         max_length=16, choices=ToolCallFormat.choices, default=ToolCallFormat.OPENAI_TOOLS
+    )
+    tool_parser = models.CharField(
+        max_length=16, choices=ToolParser.choices, default=ToolParser.HERMES
     )
     created = models.DateTimeField(auto_now_add=True)
 

@@ -110,6 +110,7 @@ class PolicyConfigSerializer(serializers.ModelSerializer[PolicyConfig]):
             "sampling",
             "system_prompt_version",
             "tool_call_format",
+            "tool_parser",
             "created",
         ]
         read_only_fields = ["id", "created"]

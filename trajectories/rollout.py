@@ -65,6 +65,7 @@ def policy_build(
     chat_config = ChatPolicyConfig(
         system_prompt_version=config.system_prompt_version,
         tool_call_format=config.tool_call_format,
+        tool_parser=config.tool_parser,
         termination_policy=batch.termination_policy,
         sampling=Sampling.from_json(config.sampling),
         retries=settings.VLLM_RETRIES,

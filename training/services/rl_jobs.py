@@ -467,6 +467,7 @@ def _version_create(job: RLJob, step: RLStep, produced: Trained) -> PolicyVersio
             "sampling": base.sampling,
             "system_prompt_version": base.system_prompt_version,
             "tool_call_format": base.tool_call_format,
+            "tool_parser": base.tool_parser,
         },
     )
     version, _ = PolicyVersion.objects.update_or_create(

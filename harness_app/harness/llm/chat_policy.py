@@ -20,18 +20,27 @@ differently from what was sampled; token-in keeps every prompt a true extension 
 so the recorded calls merge into one trainable sequence. `token_in=False` uses plain chat
 completions (for OpenAI-compatible servers without /tokenize).
 
+A completion endpoint parses no tool calls, so on the token-in path the policy reads them
+from the raw text, in the syntax of the model family named by `tool_parser` (hermes,
+harmony, llama3_json or mistral; see tool_parsers.py).
+
 Every call, failed or not, is kept in `calls` with its turn index for the worker to persist.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness_app.harness.llm.client import ChatClient, ModelCallError, ModelCallRecord, Sampling
+from harness_app.harness.llm.tool_parsers import (
+    NEEDS_SPECIAL_TOKENS,
+    TOOL_PARSERS,
+    json_action_call,
+    parse_tool_calls,
+)
 from harness_app.harness.policies.base import PolicyError
 from harness_app.harness.types import Observation, ToolCall
 
@@ -49,7 +58,6 @@ holds the evidence."""
 SYSTEM_PROMPTS = {"v1": SYSTEM_PROMPT_V1}
 
 TOOL_CALL_FORMATS = ("openai_tools", "json_schema")
-_HERMES_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
 class PolicyStop(PolicyError):
@@ -69,6 +77,8 @@ class ChatPolicyConfig:
     retries: int = 3
     retry_backoff_s: float = 1.0
     token_in: bool = True
+    # How calls are read from the raw text when the server returns none (tool_parsers.py).
+    tool_parser: str = "hermes"
 
     def __post_init__(self) -> None:
         if self.system_prompt_version not in SYSTEM_PROMPTS:
@@ -80,6 +90,10 @@ class ChatPolicyConfig:
             raise ValueError(
                 f"unknown tool_call_format {self.tool_call_format!r}; "
                 f"use one of {TOOL_CALL_FORMATS}"
+            )
+        if self.tool_parser not in TOOL_PARSERS:
+            raise ValueError(
+                f"unknown tool_parser {self.tool_parser!r}; use one of {', '.join(TOOL_PARSERS)}"
             )
         if self.termination_policy not in ("max_turns", "last_tool"):
             raise ValueError(
@@ -210,8 +224,11 @@ class ChatPolicy:
 
     def _request(self) -> dict[str, Any]:
         if self.config.token_in:
+            extra = self._constraint()
+            if self.config.tool_parser in NEEDS_SPECIAL_TOKENS:
+                extra["skip_special_tokens"] = False  # the calls are marked by special tokens
             return self.client.build_completion_request(
-                self._token_prompt(), self.config.sampling, **self._constraint()
+                self._token_prompt(), self.config.sampling, **extra
             )
         # A copy of the list, so later appends never alter a recorded request.
         messages = list(self.messages)
@@ -249,9 +266,12 @@ class ChatPolicy:
         assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
         if message.get("tool_calls"):
             assistant["tool_calls"] = message["tool_calls"]
+        calls = self._parse(message)
+        if calls and "tool_calls" not in assistant and self.config.tool_parser != "hermes":
+            # gpt-oss's template will not render a tool result without the call before it.
+            assistant["tool_calls"] = [_to_openai(c) for c in calls]
         self.messages.append(assistant)
         self._assistant_at = len(self.messages) - 1
-        calls = self._parse(message)
         if not calls and self.config.termination_policy == "last_tool":
             raise PolicyStop("no_tool_call", "the reply contained no tool call")
         if not calls:
@@ -267,10 +287,10 @@ class ChatPolicy:
             return [_from_openai(i, tc) for i, tc in enumerate(message["tool_calls"])]
         content = message.get("content") or ""
         if self.config.tool_call_format == "json_schema":
-            return [_from_json_action(content)] if content.strip() else []
-        # The server's parser missed a malformed hermes block: surface it as a format error.
-        blocks = _HERMES_BLOCK.findall(content)
-        return [_from_json_action(b, call_id=f"call_{i}") for i, b in enumerate(blocks)]
+            return [json_action_call(content)] if content.strip() else []
+        # Token-in, or the server's parser missed a malformed call: read the raw text in the
+        # model family's own syntax; what cannot be read comes back as a format error.
+        return parse_tool_calls(self.config.tool_parser, content)
 
 
 def _from_openai(index: int, tool_call: dict[str, Any]) -> ToolCall:
@@ -289,15 +309,10 @@ def _from_openai(index: int, tool_call: dict[str, Any]) -> ToolCall:
     )
 
 
-def _from_json_action(text: str, call_id: str = "call_0") -> ToolCall:
-    try:
-        action = json.loads(text)
-    except json.JSONDecodeError:
-        return ToolCall(name="", arguments=text, call_id=call_id)
-    if not isinstance(action, dict):
-        return ToolCall(name="", arguments=text, call_id=call_id)
-    name = action.get("tool", action.get("name", ""))
-    arguments = action.get("arguments", {})
-    if not isinstance(arguments, dict):
-        arguments = json.dumps(arguments) if not isinstance(arguments, str) else arguments
-    return ToolCall(name=str(name), arguments=arguments, call_id=call_id)
+def _to_openai(call: ToolCall) -> dict[str, Any]:
+    arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
