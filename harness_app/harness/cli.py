@@ -226,10 +226,14 @@ def combine_runs(
     summary: dict[str, Any] = {"condition": condition, "policy": policy, "n": n}
     summary["runs"] = len(per_run)
     for name in AVERAGED.values():
-        values = [run[name] for run in per_run]
-        summary[name] = round(statistics.fmean(values), 4)
-        summary[f"{name}_std"] = round(statistics.pstdev(values), 4) if len(values) > 1 else 0.0
+        summary[name], summary[f"{name}_std"] = across_runs(per_run, name)
     return summary
+
+
+def across_runs(per_run: Sequence[dict[str, float]], name: str) -> tuple[float, float]:
+    """The mean over runs of one per-run aggregate and its population std, rounded."""
+    values = [run[name] for run in per_run]
+    return round(statistics.fmean(values), 4), round(statistics.pstdev(values), 4)
 
 
 def format_table(summaries: Sequence[dict[str, Any]]) -> str:
@@ -347,9 +351,7 @@ def matrix_entry(condition: str, n: int, per_run: Sequence[dict[str, float]]) ->
     """`<metric>_mean` and `<metric>_std` (population std across runs) for one condition."""
     entry: dict[str, Any] = {"condition": condition, "n": n, "runs": len(per_run)}
     for metric in MATRIX_METRICS:
-        values = [run[metric] for run in per_run]
-        entry[f"{metric}_mean"] = round(statistics.fmean(values), 4)
-        entry[f"{metric}_std"] = round(statistics.pstdev(values), 4)
+        entry[f"{metric}_mean"], entry[f"{metric}_std"] = across_runs(per_run, metric)
     return entry
 
 

@@ -24,6 +24,26 @@ AGGREGATE_FIELDS = (
 )
 
 
+# The means the batch page and the dashboard show, over completed episodes only.
+MEAN_FIELDS = (
+    "curated_recall",
+    "trajectory_recall",
+    "final_answer_recall",
+    "tool_diversity",
+    "turns",
+    "reward",
+)
+
+
+def completed_means() -> dict[str, Any]:
+    """`n` and `mean_<field>` aggregates over completed episodes, for `aggregate` or
+    `annotate`. The aliases must not shadow Episode's columns, or Avg would read the
+    aggregate instead of the column."""
+    done = Q(status=EpisodeStatus.COMPLETED)
+    means: dict[str, Any] = {f"mean_{f}": Avg(f, filter=done) for f in MEAN_FIELDS}
+    return {"n": Count("pk", filter=done), **means}
+
+
 def batch_get(*, pk: int) -> RolloutBatch | None:
     return (
         RolloutBatch.objects.select_related("benchmark", "policy", "created_by")
@@ -74,14 +94,7 @@ def batch_metrics(*, batch: RolloutBatch) -> dict[str, Any]:
     """Means over the batch's completed episodes and its termination reasons: two queries."""
     done = Q(status=EpisodeStatus.COMPLETED)
     means = Episode.objects.filter(batch=batch).aggregate(
-        n=Count("pk", filter=done),
-        mean_curated_recall=Avg("curated_recall", filter=done),
-        mean_final_answer_recall=Avg("final_answer_recall", filter=done),
-        mean_trajectory_recall=Avg("trajectory_recall", filter=done),
-        mean_tool_diversity=Avg("tool_diversity", filter=done),
-        mean_turns=Avg("turns", filter=done),
-        mean_reward=Avg("reward", filter=done),
-        std_reward=StdDev("reward", filter=done),
+        **completed_means(), std_reward=StdDev("reward", filter=done)
     )
     reasons = (
         Episode.objects.filter(batch=batch)

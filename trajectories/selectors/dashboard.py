@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Avg, Count, F, Q
+from django.db.models import Count, F, Q
 
 from trajectories.models import BatchStatus, Episode, EpisodeKind, EpisodeStatus, RolloutBatch
-from trajectories.selectors.batches import rounded
+from trajectories.selectors.batches import completed_means, rounded
 
 ACTIVE_BATCH = (BatchStatus.QUEUED, BatchStatus.RUNNING)
 
@@ -27,7 +27,6 @@ def condition_rows() -> list[dict[str, Any]]:
 
     One GROUP BY over the episodes; the dashboard's charts and ablation table both read it.
     """
-    done = Q(status=EpisodeStatus.COMPLETED)
     rows = (
         # Recorded episodes have no benchmark, policy or ablation to compare by.
         Episode.objects.filter(kind=EpisodeKind.ROLLOUT)
@@ -36,17 +35,7 @@ def condition_rows() -> list[dict[str, Any]]:
             policy=F("batch__policy__name"),
             ablation=F("batch__ablation_label"),
         )
-        # Aliases must not shadow Episode's columns, or Avg would read the aggregate.
-        .annotate(
-            n=Count("pk", filter=done),
-            errors=Count("pk", filter=Q(status=EpisodeStatus.FAILED)),
-            mean_curated_recall=Avg("curated_recall", filter=done),
-            mean_trajectory_recall=Avg("trajectory_recall", filter=done),
-            mean_final_answer_recall=Avg("final_answer_recall", filter=done),
-            mean_tool_diversity=Avg("tool_diversity", filter=done),
-            mean_turns=Avg("turns", filter=done),
-            mean_reward=Avg("reward", filter=done),
-        )
+        .annotate(**completed_means(), errors=Count("pk", filter=Q(status=EpisodeStatus.FAILED)))
         .order_by("benchmark", "policy", "ablation")
     )
     return [rounded(row) for row in rows]
