@@ -234,7 +234,7 @@ def test_researcher_launches_a_matrix_from_the_form(
     assert len(callbacks) == 1
     assert matrix.conditions == ["full", "minus_verify"]  # the reference's order
     assert (matrix.runs, matrix.query_limit, matrix.episodes_total) == (2, 3, 12)
-    assert matrix.created_by.username == "rita"
+    assert matrix.created_by is not None and matrix.created_by.username == "rita"
     page = researcher_client.get(response["Location"]).content.decode()
     assert "Ablation matrix" in page and "queued: 12 episodes" in page
 
@@ -350,3 +350,15 @@ def test_the_dashboard_without_a_finished_matrix_says_so(annotator_client, demo_
     assert "No finished ablation matrix yet" in page
     assert "ablation-chart-data" not in page
     assert 'href="/ablations/new/"' not in page  # annotators cannot launch
+
+
+@pytest.mark.parametrize("matrices", [1, 4])
+def test_the_dashboard_costs_the_same_queries_for_any_number_of_matrices(
+    researcher_client, demo_benchmark, django_assert_num_queries, matrices
+):
+    for _ in range(matrices):
+        ablation_matrix_create(benchmark=demo_benchmark, query_limit=1, conditions=["full"])
+    # session, user, groups; batches, per-condition means; recent matrices, latest done
+    with django_assert_num_queries(3 + 2 + 2):
+        page = researcher_client.get("/").content.decode()
+    assert page.count('href="/ablations/') - page.count('href="/ablations/new/') == matrices
