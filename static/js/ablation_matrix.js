@@ -28,6 +28,9 @@ document.addEventListener("DOMContentLoaded", function () {
       var layout = H.layout({
         title: { text: H.safe(chart.title), font: { size: 14 } },
         barmode: "group",
+        // The legend goes above the plot: below it, it would sit on the slanted names.
+        legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+        margin: { l: 48, r: 16, t: 72, b: 40 },
         xaxis: H.axis({ tickangle: -30 }),
         yaxis: H.axis(yaxis),
       });

@@ -21,7 +21,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
-from harness_app.harness.ablate import matrix_report, matrix_run
+from harness_app.harness.ablate import Progress, matrix_report, matrix_run
 from harness_app.harness.ablation import REFERENCE_CONDITIONS, reference_conditions
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.policies import POLICY_FACTORIES
@@ -201,7 +201,7 @@ def _matrix_play(matrix: AblationMatrix) -> dict[str, Any]:
     )
 
 
-def _progress_writer(matrix_id: int) -> Any:
+def _progress_writer(matrix_id: int) -> Progress:
     last = 0.0
 
     def write(done: int, total: int) -> None:
