@@ -19,7 +19,8 @@ with curated and final-answer recall) and at the number of documents it was show
 `ablate` runs Harness-1's named ablation conditions (`ablation.REFERENCE_CONDITIONS`) x N
 runs in this one process and reports each of the reference's metrics as mean and std
 across runs: a table, or with --json one object with a `conditions` list; --csv writes the
-reference's CSV columns with the means.
+reference's CSV columns with the means. The work is `ablate.matrix_run`, which the web app's
+ablation matrices call too.
 
 Bad input (a missing folder or file, an unknown mechanism, condition or policy, a malformed BEIR
 line) prints one "error: ..." line and exits with status 2.
