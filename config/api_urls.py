@@ -17,6 +17,7 @@ from rest_framework.routers import DefaultRouter
 
 from harness_app.api import BenchmarkViewSet, ImportJobViewSet, PolicyConfigViewSet
 from training.api import ExportViewSet, RLJobViewSet
+from trajectories.api.ablations import AblationMatrixViewSet
 from trajectories.api.annotations import AnnotationViewSet
 from trajectories.api.batches import BatchViewSet
 from trajectories.api.episodes import EpisodeViewSet
@@ -24,12 +25,14 @@ from trajectories.api.recording import RecordingViewSet
 
 SCHEMA_SETTINGS = {
     "TITLE": "Harness workbench API",
-    "DESCRIPTION": "Rollout batches, episodes, annotations, SFT exports and RL jobs. "
+    "DESCRIPTION": "Rollout batches, ablation matrices, episodes, annotations, SFT exports and "
+    "RL jobs. "
     "Authenticate with `Authorization: Token <key>` (POST /api/token/ gives the key).",
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "BatchStatusEnum": "trajectories.models.BatchStatus",
+        "AblationMatrixStatusEnum": "trajectories.models.MatrixStatus",
         "EpisodeStatusEnum": "trajectories.models.EpisodeStatus",
         "ImportStatusEnum": "harness_app.models.ImportStatus",
         "BenchmarkSourceEnum": "harness_app.models.BenchmarkSource",
@@ -58,6 +61,7 @@ router.register("benchmarks", BenchmarkViewSet, basename="benchmark")
 router.register("imports", ImportJobViewSet, basename="import")
 router.register("policies", PolicyConfigViewSet, basename="policy")
 router.register("batches", BatchViewSet, basename="batch")
+router.register("ablation-matrices", AblationMatrixViewSet, basename="ablation-matrix")
 router.register("episodes", EpisodeViewSet, basename="episode")
 router.register("annotations", AnnotationViewSet, basename="annotation")
 router.register("exports", ExportViewSet, basename="export")

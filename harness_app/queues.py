@@ -38,7 +38,7 @@ TRAINING = "training"
 
 QUEUES = (
     Queue(INDEX, "prefork", "index builds, uploaded imports"),
-    Queue(ROLLOUTS, "prefork", "baseline-policy episodes (CPU-bound)"),
+    Queue(ROLLOUTS, "prefork", "baseline-policy episodes, ablation matrices (CPU-bound)"),
     Queue(ROLLOUTS_LLM, "threads", "LLM-backed episodes (they wait on vLLM)"),
     Queue(EXPORTS, "prefork", "SFT exports"),
     Queue(TRAINING, "prefork", "RL job steps: polling rollouts, the trainer step, publishing"),
@@ -47,6 +47,7 @@ QUEUES = (
 CORPUS_INDEX_BUILD = "harness_app.tasks.corpus_index_build"
 IMPORT_JOB_RUN = "harness_app.tasks.import_job_run"
 EPISODE_RUN = "trajectories.tasks.episode_run_task"
+ABLATION_MATRIX_RUN = "trajectories.tasks.ablation_matrix_run_task"
 SFT_EXPORT = "training.tasks.sft_export_task"
 RL_JOB_ADVANCE = "training.tasks.rl_job_advance_task"
 
@@ -56,6 +57,7 @@ TASK_QUEUES = {
     CORPUS_INDEX_BUILD: INDEX,
     IMPORT_JOB_RUN: INDEX,
     EPISODE_RUN: ROLLOUTS,
+    ABLATION_MATRIX_RUN: ROLLOUTS,
     SFT_EXPORT: EXPORTS,
     RL_JOB_ADVANCE: TRAINING,
 }

@@ -14,6 +14,7 @@ from django.contrib import admin
 
 from harness_app.admin_base import ReadOnlyAdmin
 from trajectories.models import (
+    AblationMatrix,
     Annotation,
     AnnotationBulkAction,
     AnnotationEvent,
@@ -56,6 +57,24 @@ class RolloutBatchAdmin(ReadOnlyAdmin):
     list_filter = ("status", "termination_policy")
     list_select_related = ("benchmark", "policy", "created_by")
     raw_id_fields = ("benchmark", "policy", "created_by")
+
+
+@admin.register(AblationMatrix)
+class AblationMatrixAdmin(ReadOnlyAdmin):
+    list_display = (
+        "pk",
+        "benchmark",
+        "policy",
+        "runs",
+        "status",
+        "episodes_total",
+        "episodes_done",
+        "created_by",
+        "created_at",
+    )
+    list_filter = ("status",)
+    list_select_related = ("benchmark", "created_by")
+    raw_id_fields = ("benchmark", "created_by")
 
 
 @admin.register(RolloutGroup)

@@ -1,4 +1,5 @@
-"""Forms of the researcher pages: the episode list's filters and the batch launch form."""
+"""Forms of the researcher pages: the episode list's filters and the batch and ablation-matrix
+launch forms."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.db.models import Model
 
-from harness_app.harness.ablation import MECHANISMS
+from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import (
     TERMINATION_REASONS,
@@ -18,6 +19,7 @@ from trajectories.models import (
     TerminationPolicy,
 )
 from trajectories.selectors.episode_list import RANGE_FIELDS, SORTS
+from trajectories.services.ablations import MAX_RUNS, matrix_policies
 from trajectories.services.rollouts import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
 
 # The reasons docs/rollouts.md lists, offered as suggestions; any recorded reason filters.
@@ -142,3 +144,47 @@ class BatchLaunchForm(forms.Form):
         label="Switch off",
         help_text="Mechanisms to ablate; none checked runs the full harness.",
     )
+
+
+class AblationMatrixLaunchForm(forms.Form):
+    """An ablation matrix: the named conditions x N runs over a benchmark. The bounds live in
+    services.ablations.ablation_matrix_create; the view shows its errors on their field."""
+
+    benchmark = forms.ModelChoiceField(Benchmark.objects.order_by("name"))
+    policy = forms.ChoiceField(
+        choices=[],
+        initial="baseline",
+        help_text="Policies that run in the worker's process, without a model server.",
+    )
+    runs = forms.IntegerField(
+        initial=3,
+        help_text="Runs of every condition; each metric is reported as mean ± std across runs.",
+        widget=forms.NumberInput({"min": 1, "max": MAX_RUNS}),
+    )
+    query_limit = forms.IntegerField(
+        required=False,
+        label="Query limit",
+        help_text="Only the first N judged queries; empty runs them all.",
+        widget=forms.NumberInput({"min": 1}),
+    )
+    max_turns = forms.IntegerField(
+        initial=40, widget=forms.NumberInput({"min": 1, "max": MAX_TURNS_LIMIT})
+    )
+    conditions = forms.MultipleChoiceField(
+        choices=[(name, name) for name in REFERENCE_CONDITIONS],
+        initial=list(REFERENCE_CONDITIONS),
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Choose at least one condition."},
+        help_text="Harness-1's named ablation conditions; all run in one worker process.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        policy = self.fields["policy"]
+        assert isinstance(policy, forms.ChoiceField)
+        policy.choices = [(name, name) for name in matrix_policies()]
+
+    def clean_conditions(self) -> list[str]:
+        # In the reference's order, whatever order the browser sent them in.
+        chosen = set(self.cleaned_data["conditions"])
+        return [name for name in REFERENCE_CONDITIONS if name in chosen]

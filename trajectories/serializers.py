@@ -1,4 +1,4 @@
-"""API input and output shapes for batches, episodes and annotations."""
+"""API input and output shapes for batches, ablation matrices, episodes and annotations."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Any
 
 from rest_framework import serializers
 
-from harness_app.harness.ablation import MECHANISMS
+from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import (
+    AblationMatrix,
     Annotation,
     AnnotationBulkAction,
     AnnotationLabel,
@@ -89,6 +90,61 @@ class BatchStatusSerializer(BatchSerializer):
 class BatchCancelSerializer(serializers.Serializer[Any]):
     cancelled = serializers.IntegerField(help_text="pending episodes that will never start")
     status = serializers.CharField()
+
+
+# --- ablation matrices ----------------------------------------------------------------------
+
+
+class AblationMatrixCreateSerializer(serializers.Serializer[Any]):
+    """Types only: the ranges, the policy and the rest are checked by
+    services.ablations.ablation_matrix_create."""
+
+    benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
+    policy = serializers.CharField(default="baseline", help_text="an in-process policy by name")
+    runs = serializers.IntegerField(default=1, help_text="1 to 20")
+    query_limit = serializers.IntegerField(required=False, allow_null=True, default=None)
+    max_turns = serializers.IntegerField(default=40, help_text="1 to 200")
+    conditions = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(REFERENCE_CONDITIONS)),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="reference condition names; omitted or null runs all of them",
+    )
+
+
+class AblationMatrixSerializer(serializers.ModelSerializer[AblationMatrix]):
+    benchmark_name = serializers.CharField(source="benchmark.name", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", default=None)
+    progress = serializers.FloatField(help_text="finished episodes / total, 0 to 1")
+    result = serializers.JSONField(
+        help_text="once done, the `ablate --json` document: settings and a `conditions` list "
+        "whose entries carry condition, n, runs and <metric>_mean / <metric>_std; else {}"
+    )
+
+    class Meta:
+        model = AblationMatrix
+        fields = [
+            "id",
+            "status",
+            "benchmark",
+            "benchmark_name",
+            "policy",
+            "conditions",
+            "runs",
+            "query_limit",
+            "max_turns",
+            "episodes_total",
+            "episodes_done",
+            "progress",
+            "error",
+            "result",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
 
 
 # --- episodes -------------------------------------------------------------------------------

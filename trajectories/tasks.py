@@ -1,4 +1,5 @@
-"""Celery tasks for rollouts: thin wrappers that take ids and call one service each."""
+"""Celery tasks for rollouts and ablation matrices: thin wrappers that take ids and call one
+service each."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.db import OperationalError
 
 from harness_app import queues
 from trajectories.rollout import episode_run
-from trajectories.services import rollouts
+from trajectories.services import ablations, rollouts
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,13 @@ def episode_run_task(self: Any, episode_id: int) -> str:
         message = "".join(traceback.format_exception_only(exc)).strip()
         rollouts.episode_fail(episode_id=episode_id, reason="error", message=message)
         return "error"
+
+
+@shared_task(name=queues.ABLATION_MATRIX_RUN, acks_late=True, reject_on_worker_lost=True)
+def ablation_matrix_run_task(matrix_id: int) -> str:
+    """Every condition x run of one matrix, in this process; failures land on the row."""
+    matrix = ablations.ablation_matrix_run(matrix_id=matrix_id)
+    return "gone" if matrix is None else matrix.status
 
 
 @worker_ready.connect

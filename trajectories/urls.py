@@ -1,7 +1,7 @@
 from django.urls import path
 
 from trajectories import proxy
-from trajectories.views import annotation, batches, dashboard, episodes
+from trajectories.views import ablations, annotation, batches, dashboard, episodes
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
@@ -29,6 +29,11 @@ urlpatterns = [
     path("batches/<int:pk>/", batches.batch_detail, name="batch_detail"),
     path("batches/<int:pk>/progress/", batches.batch_progress, name="batch_progress"),
     path("batches/<int:pk>/cancel/", batches.batch_cancel, name="batch_cancel"),
+    path("ablations/new/", ablations.ablation_launch, name="ablation_launch"),
+    path("ablations/<int:pk>/", ablations.ablation_detail, name="ablation_detail"),
+    path("ablations/<int:pk>/progress/", ablations.ablation_progress, name="ablation_progress"),
+    path("ablations/<int:pk>/matrix.csv", ablations.ablation_csv, name="ablation_csv"),
+    path("ablations/<int:pk>/matrix.json", ablations.ablation_json, name="ablation_json"),
     # the annotator pages (trajectories/annotation.py)
     path("annotate/", annotation.annotate_queue, name="annotate_queue"),
     path("annotate/episodes/<int:pk>/", annotation.annotate_review, name="annotate_review"),

@@ -19,7 +19,8 @@ with curated and final-answer recall) and at the number of documents it was show
 `ablate` runs Harness-1's named ablation conditions (`ablation.REFERENCE_CONDITIONS`) x N
 runs in this one process and reports each of the reference's metrics as mean and std
 across runs: a table, or with --json one object with a `conditions` list; --csv writes the
-reference's CSV columns with the means.
+reference's CSV columns with the means. The work is `ablate.matrix_run`, which the web app's
+ablation matrices call too.
 
 Bad input (a missing folder or file, an unknown mechanism, condition or policy, a malformed BEIR
 line) prints one "error: ..." line and exits with status 2.
@@ -28,7 +29,6 @@ line) prints one "error: ..." line and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -40,6 +40,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness_app.harness.ablate import (
+    across_runs,
+    format_matrix,
+    matrix_csv,
+    matrix_report,
+    matrix_run,
+)
 from harness_app.harness.ablation import (
     MECHANISMS,
     REFERENCE_CONDITIONS,
@@ -230,12 +237,6 @@ def combine_runs(
     return summary
 
 
-def across_runs(per_run: Sequence[dict[str, float]], name: str) -> tuple[float, float]:
-    """The mean over runs of one per-run aggregate and its population std, rounded."""
-    values = [run[name] for run in per_run]
-    return round(statistics.fmean(values), 4), round(statistics.pstdev(values), 4)
-
-
 def format_table(summaries: Sequence[dict[str, Any]]) -> str:
     """A fixed-width text table, one line per condition."""
     return _text_table(
@@ -316,79 +317,16 @@ def _print_summaries(
         print(json.dumps({**summary, "wall_seconds": round(took, 2)}))
 
 
-# -- ablate: the reference's condition matrix ------------------------------------------------
-
-# The reference's CSV columns after condition and n, each reported as mean and std over runs.
-MATRIX_METRICS = (
-    "recall",
-    "trajectory_recall",
-    "final_answer_recall",
-    "tool_diversity",
-    "turns",
-    "errors",
-)
-
-
-def episode_failed(row: dict[str, Any]) -> bool:
-    """The reference's `error`: the episode ended on format failures or the policy gave up.
-
-    Single malformed calls in an episode that went on are not errors there; they show in the
-    eval's own `errors` (mean format-error calls) instead.
-    """
-    return row["termination_reason"] == "format_errors" or bool(row["error"])
-
-
-def matrix_run(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """One run of one condition: the means the reference reports, and its error count."""
-    means = aggregate_rows(rows)
-    return {
-        **{metric: means[metric] for metric in MATRIX_METRICS if metric != "errors"},
-        "errors": float(sum(episode_failed(row) for row in rows)),
-    }
-
-
-def matrix_entry(condition: str, n: int, per_run: Sequence[dict[str, float]]) -> dict[str, Any]:
-    """`<metric>_mean` and `<metric>_std` (population std across runs) for one condition."""
-    entry: dict[str, Any] = {"condition": condition, "n": n, "runs": len(per_run)}
-    for metric in MATRIX_METRICS:
-        entry[f"{metric}_mean"], entry[f"{metric}_std"] = across_runs(per_run, metric)
-    return entry
-
-
-def format_matrix(entries: Sequence[dict[str, Any]]) -> str:
-    """A fixed-width table of mean ± std, one line per condition."""
-    header = ["condition", "n", *MATRIX_METRICS]
-    lines = [
-        [e["condition"], str(e["n"]), *(_spread(e, metric) for metric in MATRIX_METRICS)]
-        for e in entries
-    ]
-    return _text_table(header, lines)
-
-
-def _spread(entry: dict[str, Any], metric: str) -> str:
-    digits = 2 if metric in ("tool_diversity", "turns", "errors") else 3
-    return f"{entry[f'{metric}_mean']:.{digits}f} ± {entry[f'{metric}_std']:.{digits}f}"
+# -- ablate: the reference's condition matrix (the work is in ablate.py) -------------------
 
 
 def write_matrix_csv(path: str, entries: Sequence[dict[str, Any]]) -> None:
-    """The reference's CSV: one row per condition, the means as values."""
+    """The reference's CSV (`ablate.matrix_csv`) written to `path`."""
     try:
         with open(path, "w", encoding="utf-8", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["condition", "n", *MATRIX_METRICS])
-            for entry in entries:
-                values = [_csv_number(metric, entry[f"{metric}_mean"]) for metric in MATRIX_METRICS]
-                writer.writerow([entry["condition"], entry["n"], *values])
+            handle.write(matrix_csv(entries))
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror}") from None
-
-
-def _csv_number(metric: str, value: float) -> str:
-    # The reference writes turns with 2 decimals and errors as a count; a count averaged
-    # over runs may be fractional.
-    if metric == "errors":
-        return str(int(value)) if value.is_integer() else f"{value:.2f}"
-    return f"{value:.2f}" if metric == "turns" else f"{value:.4f}"
 
 
 def conditions_from_names(text: str | None) -> list[tuple[str, Ablation]]:
@@ -420,17 +358,14 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     retriever = _open_retriever(folder, args.index_dir)
     config = HarnessConfig(max_turns=args.max_turns)
     started = time.perf_counter()
-    entries = []
-    for name, ablation in conditions:
-        runs = run_condition(
-            retriever,
-            queries,
-            policy_name=args.policy,
-            ablation=ablation,
-            config=config,
-            runs=args.runs,
-        )
-        entries.append(matrix_entry(name, len(queries), [matrix_run(rows) for rows in runs]))
+    entries = matrix_run(
+        retriever,
+        queries,
+        conditions=conditions,
+        policy_name=args.policy,
+        runs=args.runs,
+        config=config,
+    )
     if args.csv:
         write_matrix_csv(args.csv, entries)
     _print_matrix(entries, args, folder.name, time.perf_counter() - started)
@@ -441,9 +376,16 @@ def _print_matrix(
     entries: list[dict[str, Any]], args: argparse.Namespace, dataset: str, took: float
 ) -> None:
     if args.json:
-        header = {"dataset": dataset, "split": args.split, "policy": args.policy}
-        settings = {"runs": args.runs, "max_turns": args.max_turns, "wall_seconds": round(took, 2)}
-        print(json.dumps({**header, **settings, "conditions": entries}))
+        report = matrix_report(
+            entries,
+            dataset=dataset,
+            split=args.split,
+            policy=args.policy,
+            runs=args.runs,
+            max_turns=args.max_turns,
+            wall_seconds=took,
+        )
+        print(json.dumps(report))
         return
     print(format_matrix(entries))
     queries = entries[0]["n"]  # never empty: conditions_from_names names at least one

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from harness_app.harness import policies
-from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
+from harness_app.harness.ablate import matrix_run
+from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS, reference_conditions
 from harness_app.harness.beir import beir_queries
 from harness_app.harness.cli import main
 from harness_app.harness.config import HarnessConfig
@@ -170,3 +171,36 @@ def test_a_missing_folder_is_named(capsys, tmp_path):
     code = main(["ablate", str(missing), "--index-dir", str(tmp_path / "idx")])
     assert code == 2
     assert capsys.readouterr().err.strip() == f"error: BEIR folder not found: {missing}"
+
+
+def test_the_library_run_reports_progress_and_matches_the_command(capsys, tmp_path):
+    # The web app's matrices call matrix_run directly; it must give the command's numbers.
+    _, out, _ = ablate(
+        capsys, tmp_path, "--conditions", "full,minus_verify", "--runs", "2", "--json"
+    )
+    seen: list[tuple[int, int]] = []
+    entries = matrix_run(
+        open_index(DEMO_DIR, tmp_path / "idx"),
+        beir_queries(DEMO_DIR, "test"),
+        conditions=reference_conditions(["full", "minus_verify"]),
+        policy_name="baseline",
+        runs=2,
+        config=HarnessConfig(max_turns=40),
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    total = 2 * 2 * DEMO_QUERIES
+    assert seen == [(done, total) for done in range(1, total + 1)]
+    assert entries == json.loads(out)["conditions"]
+
+
+def test_the_library_run_refuses_an_empty_matrix(tmp_path):
+    retriever = open_index(DEMO_DIR, tmp_path / "idx")
+    with pytest.raises(ValueError, match="needs a condition, a query and a run; got 0 cond"):
+        matrix_run(
+            retriever,
+            beir_queries(DEMO_DIR, "test"),
+            conditions=[],
+            policy_name="baseline",
+            runs=1,
+            config=HarnessConfig(),
+        )

@@ -1,5 +1,5 @@
-"""Reads for the dashboard: recent batches and the means per benchmark × policy × ablation
-that its charts and ablation table show."""
+"""Reads for the dashboard: recent batches, the means per benchmark × policy × ablation that
+its charts and ablation table show, and the latest finished ablation matrix's plot."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ from typing import Any
 from django.db.models import Count, F, Q
 
 from trajectories.models import BatchStatus, Episode, EpisodeKind, EpisodeStatus, RolloutBatch
+from trajectories.selectors.ablations import (
+    ablation_matrices_recent,
+    ablation_matrix_latest_done,
+    matrix_chart,
+)
 from trajectories.selectors.batches import completed_means, rounded
 
 ACTIVE_BATCH = (BatchStatus.QUEUED, BatchStatus.RUNNING)
@@ -42,14 +47,19 @@ def condition_rows() -> list[dict[str, Any]]:
 
 
 def dashboard_data() -> dict[str, Any]:
-    """The dashboard's rollout sections: recent batches, per-condition means, charts."""
+    """The dashboard's rollout sections: recent batches, per-condition means, charts, and
+    the ablation matrices (the latest finished one drawn)."""
     batches = batches_recent()
     rows = condition_rows()
+    latest = ablation_matrix_latest_done()
     return {
         "batches": batches,
         "any_active": batches_any_active(batches),
         "conditions": rows,
         "charts": dashboard_charts(rows),
+        "matrices": ablation_matrices_recent(),
+        "latest_matrix": latest,
+        "chart": None if latest is None else matrix_chart(latest),
     }
 
 

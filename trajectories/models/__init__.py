@@ -1,4 +1,5 @@
-"""Rollout batches, groups, episodes, turns and the model calls behind them.
+"""Rollout batches, groups, episodes, turns and the model calls behind them; ablation
+matrices live in `ablations.py` beside this module.
 
 An episode's turns and model calls are written as they happen, so a crashed worker leaves a
 partial episode that `episode_run` deletes and re-runs from the start (see services.py).
@@ -16,6 +17,8 @@ from django.conf import settings
 from django.db import models
 
 from harness_app.harness.llm.reconstruct import CallTokens
+from trajectories.models.ablations import AblationMatrix as AblationMatrix
+from trajectories.models.ablations import MatrixStatus as MatrixStatus
 
 if TYPE_CHECKING:
     from harness_app.models import Query
