@@ -553,7 +553,6 @@ def _add_reward_preset(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--reward-preset", default="default", help=f"reward weights: {presets}")
 
 
-
 def _add_eval(commands: Any) -> None:
     sub = _command(commands, "eval", cmd_eval, "run a policy over a benchmark")
     sub.add_argument("--policy", default="baseline", help="registered policy name")

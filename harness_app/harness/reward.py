@@ -222,7 +222,9 @@ def compute_reward(
         "diversity_shortfall": _cost(w.diversity_shortfall * max(0, w.diversity_target - u)),
     }
     raw = sum(terms.values())
-    return RewardBreakdown(**terms, raw=raw, total=max(w.floor, raw), empty_set=False)
+    return RewardBreakdown(
+        **terms, raw=raw, total=max(w.floor, raw), empty_set=False, format_failure=False
+    )
 
 
 def _cost(amount: float) -> float:

@@ -51,7 +51,7 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
-    mechanism: str = ""  # the Ablation field that must be on for the tool to exist
+    mechanism: str = ""  # the Ablation field that must be on for the tool to run
     # What validation accepts when it is wider than what is advertised (see curate).
     accepts: dict[str, Any] | None = None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness_app.harness.dedup import DedupIndex, fingerprint, jaccard
 from tests.harness.fakes import DOCS, call, make_env
 
@@ -56,11 +58,12 @@ def test_env_hides_the_near_duplicate_records_it_and_mentions_it():
     again = env.step([call("search_corpus", {"query": "Analytical Engine mill store"})])
     assert ENGINE_COPY.doc_id not in again.text
     # Curating, verifying or reviewing it says why it cannot, and names the kept doc.
-    for name, arguments in [
+    refused: list[tuple[str, dict[str, Any]]] = [
         ("curate", {"add_ids": [ENGINE_COPY.doc_id]}),
         ("verify", {"claim": "the mill", "doc_ids": [ENGINE_COPY.doc_id]}),
         ("review_docs", {"doc_ids": [ENGINE_COPY.doc_id]}),
-    ]:
+    ]
+    for name, arguments in refused:
         result = env.step([call(name, arguments)]).tool_results[0]
         assert not result.ok
         assert "Analytical_Engine_copy (near-duplicate of Analytical_Engine)" in result.error

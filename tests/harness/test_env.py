@@ -422,7 +422,9 @@ def test_fan_out_shows_ten_hits_per_query_by_default():
 
 
 def test_without_compression_hits_show_the_raw_text_up_to_2048_characters():
-    long_doc = Document("Long", "Long", " ".join(f"Sentence {i} about engines." for i in range(200)))
+    long_doc = Document(
+        "Long", "Long", " ".join(f"Sentence {i} about engines." for i in range(200))
+    )
     env = make_env(Ablation().without("compression"), retriever=FakeRetriever([*DOCS, long_doc]))
     content = step1(env, "search_corpus", {"query": "Sentence about engines"}).content
     line = next(x for x in content.splitlines() if x.startswith("- Long"))

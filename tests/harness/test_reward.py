@@ -177,7 +177,12 @@ def test_an_episode_ended_by_format_failures_scores_minus_half_outright():
     assert r.f_beta == 0.0  # the breakdown says why: no term was scored
     assert json.loads(json.dumps(r.to_json()))["format_failure"] is True
     # Even with nothing curated, the format failure is what scores.
-    assert compute_reward(metrics(set(), set()), max_turns=40, termination_reason="format_errors").total == -0.5
+    assert (
+        compute_reward(
+            metrics(set(), set()), max_turns=40, termination_reason="format_errors"
+        ).total
+        == -0.5
+    )
 
 
 def test_format_failure_term_switched_off_scores_the_episode_normally():
@@ -205,7 +210,9 @@ def test_harness1_preset_is_the_papers_reward_for_40_turn_episodes():
     for turns, expected in [(20, 0.0), (21, 0.001), (40, 0.02), (45, 0.02)]:
         assert turn_penalty(turns, 40, w) == pytest.approx(expected)
     assert compute_reward(metrics(set(), set()), max_turns=40, weights=w).total == -0.2
-    assert compute_reward(m, max_turns=40, weights=w, termination_reason="format_errors").total == -0.5
+    assert (
+        compute_reward(m, max_turns=40, weights=w, termination_reason="format_errors").total == -0.5
+    )
 
 
 def test_presets_by_name_and_in_weights_json():
@@ -221,5 +228,7 @@ def test_presets_by_name_and_in_weights_json():
 
 @pytest.mark.parametrize("data", ["harness2", {"preset": "paper"}, {"preset": 3}])
 def test_an_unknown_preset_lists_the_known_ones(data):
-    with pytest.raises(RewardConfigError, match="unknown reward preset.*default, harness1, library_default"):
+    with pytest.raises(
+        RewardConfigError, match=r"unknown reward preset.*default, harness1, library_default"
+    ):
         RewardWeights.from_json(data)
