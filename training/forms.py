@@ -3,9 +3,12 @@ and the set-up checks), whose RLJobError names the field it refuses; the view sh
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.conf import settings
 
+from harness_app.harness.reward import PRESET_KEY
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from training.models import RLAlgorithm
 from training.services.rl_jobs import MAX_GROUP_SIZE, MAX_LORA_RANK, MAX_STEPS, RLJobSettings
@@ -61,5 +64,19 @@ class RLJobLaunchForm(forms.Form):
     reward_weights = forms.JSONField(
         required=False,
         initial=dict,
-        help_text='Overrides of the Harness-1 weights, e.g. {"turn_penalty": 0.15}.',
+        help_text=(
+            'Reward weights: a preset name ("harness1", "default", "library_default"), '
+            'or overrides, e.g. {"preset": "harness1", "turn_penalty": 0.05}.'
+        ),
     )
+
+    def clean_reward_weights(self) -> dict[str, Any]:
+        """A bare preset name becomes {"preset": name}; the job checks the name."""
+        value = self.cleaned_data.get("reward_weights")
+        if isinstance(value, str):
+            return {PRESET_KEY: value}
+        if value in (None, ""):
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("give a JSON object or a preset name")
+        return value

@@ -55,7 +55,7 @@ def rl_job_curves(steps: list[RLStep]) -> dict[str, Any]:
     done = [s for s in steps if s.metrics]
     series = {name: [_number(s.metrics.get(name)) for s in done] for name in SERIES}
     components = sorted({c for s in done for c in s.metrics.get("reward_components", {})})
-    skip = {"raw", "total", "empty_set"}
+    skip = {"raw", "total", "empty_set", "format_failure"}
     return {
         "steps": [s.index for s in done],
         "series": series,

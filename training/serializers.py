@@ -88,7 +88,10 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
     lora_rank = serializers.IntegerField(default=RL_DEFAULTS.lora_rank)
     kl_beta = serializers.FloatField(default=RL_DEFAULTS.kl_beta)
     normalize_std = serializers.BooleanField(default=RL_DEFAULTS.normalize_std)
-    reward_weights = serializers.DictField(default=dict)
+    reward_weights = serializers.DictField(
+        default=dict,
+        help_text='weight overrides; {"preset": "harness1"} starts from a named preset',
+    )
     max_turns = serializers.IntegerField(default=RL_DEFAULTS.max_turns)
     termination_policy = serializers.ChoiceField(
         choices=TerminationPolicy.choices, default=RL_DEFAULTS.termination_policy

@@ -157,7 +157,12 @@ def _assistant(response: dict[str, Any]) -> dict[str, Any]:
 def batch_tools(batch: RolloutBatch) -> list[dict[str, Any]]:
     """The tool schemas the batch's harness offered (they depend on its ablation)."""
     config = HarnessConfig(max_turns=batch.max_turns)
-    return [s.schema() for s in tool_specs(config.tool_limits, Ablation.from_json(batch.ablation))]
+    specs = tool_specs(
+        config.tool_limits,
+        Ablation.from_json(batch.ablation),
+        keep_ablated=config.keep_ablated_tools,
+    )
+    return [s.schema() for s in specs]
 
 
 def system_message(version: str, fmt: str, tools: list[dict[str, Any]]) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def _play(claim: rollouts.Claim) -> str:
         env,
         policy,
         query_spec(query),
-        max_turns=batch.max_turns,
+        max_turns=env.config.max_steps,  # a guard: the harness ends the episode itself
         weights=RewardWeights.from_json(batch.reward_weights),
     )
     sent = 0

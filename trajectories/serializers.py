@@ -40,7 +40,10 @@ class BatchCreateSerializer(serializers.Serializer[Any]):
         help_text="mechanisms to switch off",
     )
     query_limit = serializers.IntegerField(required=False, allow_null=True, default=None)
-    reward_weights = serializers.DictField(default=dict)
+    reward_weights = serializers.DictField(
+        default=dict,
+        help_text='weight overrides; {"preset": "harness1"} starts from a named preset',
+    )
 
 
 class BatchSerializer(serializers.ModelSerializer[RolloutBatch]):

@@ -22,6 +22,7 @@ from harness_app.harness.ablation import Ablation
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.policies import make_policy
+from harness_app.harness.reward import RewardWeights
 from harness_app.harness.runner import EpisodeResult, run_episode
 from harness_app.harness.types import QuerySpec, Retriever
 
@@ -85,6 +86,7 @@ def matrix_run(
     runs: int,
     config: HarnessConfig,
     progress: Progress | None = None,
+    weights: RewardWeights | None = None,
 ) -> list[dict[str, Any]]:
     """Every condition x `runs` runs x every query; one `matrix_entry` per condition, in order.
 
@@ -105,7 +107,8 @@ def matrix_run(
         for _ in range(runs):
             results = []
             for query in queries:
-                results.append(run_episode(env, make_policy(policy_name, tools=tools), query))
+                policy = make_policy(policy_name, tools=tools)
+                results.append(run_episode(env, policy, query, weights=weights))
                 done += 1
                 if progress is not None:
                     progress(done, total)
@@ -123,6 +126,7 @@ def matrix_report(
     runs: int,
     max_turns: int,
     wall_seconds: float,
+    reward_preset: str = "default",
 ) -> dict[str, Any]:
     """The matrix as one JSON object: its settings and the `conditions` list."""
     return {
@@ -131,6 +135,7 @@ def matrix_report(
         "policy": policy,
         "runs": runs,
         "max_turns": max_turns,
+        "reward_preset": reward_preset,
         "wall_seconds": round(wall_seconds, 2),
         "conditions": list(entries),
     }

@@ -2,9 +2,10 @@
 
     python -m harness_app.harness eval BEIR_DIR [--policy baseline] [--limit N]
         [--ablate MECHANISM ...] [--all-ablations] [--max-turns 40] [--runs 1]
-        [--out FILE] [--json] [--split test] [--index-dir DIR]
+        [--out FILE] [--json] [--split test] [--index-dir DIR] [--reward-preset default]
     python -m harness_app.harness ablate BEIR_DIR [--policy baseline] [--runs 1] [--limit N]
         [--conditions full,minus_verify,...] [--csv FILE] [--json] [--max-turns 40]
+        [--reward-preset default]
     python -m harness_app.harness bench-retrieval BEIR_DIR [--json] [--split test]
     python -m harness_app.harness single-bm25 BEIR_DIR [--k 5 10 30] [--limit N] [--json]
 
@@ -21,6 +22,9 @@ runs in this one process and reports each of the reference's metrics as mean and
 across runs: a table, or with --json one object with a `conditions` list; --csv writes the
 reference's CSV columns with the means. The work is `ablate.matrix_run`, which the web app's
 ablation matrices call too.
+
+`--reward-preset` picks the reward weights by name (`reward.REWARD_PRESETS`: default,
+harness1, library_default); `harness1` is the paper's reward for 40-turn episodes.
 
 Bad input (a missing folder or file, an unknown mechanism, condition or policy, a malformed BEIR
 line) prints one "error: ..." line and exits with status 2.
@@ -58,6 +62,7 @@ from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.metrics import single_search_recall
 from harness_app.harness.policies import POLICY_FACTORIES, make_policy
+from harness_app.harness.reward import REWARD_PRESETS, RewardConfigError, RewardWeights
 from harness_app.harness.runner import run_episode
 from harness_app.harness.types import QuerySpec, Retriever
 
@@ -161,12 +166,14 @@ def evaluate_condition(
     ablation: Ablation,
     config: HarnessConfig,
     run: int = 0,
+    weights: RewardWeights | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One row per query: metrics, reward and plain BM25 at the episode's curated size."""
     env = SearchHarness(retriever, config=config, ablation=ablation)
     tools = [schema["function"]["name"] for schema in env.tool_schemas()]
     for query in queries:
-        result = run_episode(env, make_policy(policy_name, tools=tools), query)
+        policy = make_policy(policy_name, tools=tools)
+        result = run_episode(env, policy, query, weights=weights)
         # Compare like with like: the curated set against BM25 cut at its size, and the
         # whole trajectory against BM25 cut at the number of documents the episode showed.
         bm25 = single_search_recall(retriever, query, result.metrics.curated_count)
@@ -199,6 +206,7 @@ def run_condition(
     config: HarnessConfig,
     runs: int,
     out: TextIO | None = None,
+    weights: RewardWeights | None = None,
 ) -> list[list[dict[str, Any]]]:
     """Every run of one condition, as its per-query rows; each run is written to `out`."""
     per_run = []
@@ -211,6 +219,7 @@ def run_condition(
                 ablation=ablation,
                 config=config,
                 run=run,
+                weights=weights,
             )
         )
         if out is not None:
@@ -278,11 +287,19 @@ def _check_policy(name: str) -> None:
         raise CliError(f"unknown policy {name!r} (known: {known})")
 
 
+def _reward_weights(args: argparse.Namespace) -> RewardWeights:
+    try:
+        return RewardWeights.preset(args.reward_preset)
+    except RewardConfigError as exc:
+        raise CliError(f"--reward-preset: {exc}") from None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     _check_policy(args.policy)
     if args.runs < 1 or args.max_turns < 1 or (args.limit is not None and args.limit < 1):
         raise CliError("--runs, --max-turns and --limit must be at least 1")
     conditions = conditions_from_args(args)
+    weights = _reward_weights(args)
     folder = _check_folder(args.beir_dir, args.split)
     queries = _load_queries(folder, args.split, args.limit)
     retriever = _open_retriever(folder, args.index_dir)
@@ -299,6 +316,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 config=config,
                 runs=args.runs,
                 out=out,
+                weights=weights,
             )
             per_run = [aggregate_rows(rows) for rows in runs]
             summaries.append(combine_runs(ablation.label, args.policy, len(queries), per_run))
@@ -351,6 +369,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise CliError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
     conditions = conditions_from_names(args.conditions)
+    weights = _reward_weights(args)
     folder = _check_folder(args.beir_dir, args.split)
     if args.csv and not Path(args.csv).resolve().parent.is_dir():
         raise CliError(f"cannot write {args.csv}: its folder does not exist")
@@ -365,6 +384,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         policy_name=args.policy,
         runs=args.runs,
         config=config,
+        weights=weights,
     )
     if args.csv:
         write_matrix_csv(args.csv, entries)
@@ -383,6 +403,7 @@ def _print_matrix(
             policy=args.policy,
             runs=args.runs,
             max_turns=args.max_turns,
+            reward_preset=args.reward_preset,
             wall_seconds=took,
         )
         print(json.dumps(report))
@@ -465,6 +486,11 @@ def _command(
     return sub
 
 
+def _add_reward_preset(sub: argparse.ArgumentParser) -> None:
+    presets = ", ".join(REWARD_PRESETS)
+    sub.add_argument("--reward-preset", default="default", help=f"reward weights: {presets}")
+
+
 def _add_eval(commands: Any) -> None:
     sub = _command(commands, "eval", cmd_eval, "run a policy over a benchmark")
     sub.add_argument("--policy", default="baseline", help="registered policy name")
@@ -479,6 +505,7 @@ def _add_eval(commands: Any) -> None:
     sub.add_argument("--runs", type=int, default=1, help="repeat every condition N times")
     sub.add_argument("--out", help="write per-query rows (JSONL) here")
     sub.add_argument("--json", action="store_true", help="JSON lines even with --all-ablations")
+    _add_reward_preset(sub)
 
 
 def _add_ablate(commands: Any) -> None:
@@ -494,6 +521,7 @@ def _add_ablate(commands: Any) -> None:
     sub.add_argument("--csv", metavar="FILE", help="write the reference's CSV (means) here")
     sub.add_argument("--json", action="store_true", help="print one JSON object")
     sub.add_argument("--max-turns", type=int, default=40, help="turn budget per episode")
+    _add_reward_preset(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

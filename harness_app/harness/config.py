@@ -21,7 +21,7 @@ class HarnessConfig:
     context_token_limit: int = 32_768
     curated_capacity: int = 30
     search_k: int = 10
-    fan_out_k: int = 5  # hits per query in fan_out_search
+    fan_out_k: int = 10  # hits per query in fan_out_search (Harness-1 renders the top 10)
     max_fan_out: int = 5
     max_ids_per_call: int = 5  # review_docs and verify
     max_calls_per_turn: int = 8
@@ -29,7 +29,7 @@ class HarnessConfig:
     auto_seed_count: int = 8
     compress_sentences: int = 4
     sentence_chars: int = 300  # cap on each compressed sentence
-    snippet_chars: int = 300  # leading snippet when compression is ablated
+    snippet_chars: int = 2048  # raw text shown when compression is ablated (as Harness-1)
     read_max_chars: int = 4000
     memory_snippet_chars: int = 400  # what document memory D keeps of each view
     dedup_threshold: float = 0.85
@@ -48,6 +48,23 @@ class HarnessConfig:
     # earlier ones), so the context estimate counts one WM instead of every turn's.
     wm_in_history: bool = True
 
+    # -- Harness-1 protocol switches (issue 17). Each default follows the reference; the
+    # other value restores the workbench's earlier behaviour. docs/harness.md has the table.
+    # Near-duplicates hidden by dedup stay out of T (trajectory recall) and cannot be
+    # curated, verified or reviewed until their text is shown; True counts them as shown.
+    hidden_duplicates_count_as_shown: bool = False
+    # A turn counts toward max_turns and the turn penalty only if a call other than
+    # end_search ran; format-error turns and end_search-only turns do not. True counts
+    # every step.
+    count_every_step: bool = False
+    # review_docs re-reads each document's stored text, up to review_max_chars, under the
+    # card's header (tag, where seen, verdicts); False shows the memory card's snippet.
+    review_docs_text: bool = True
+    review_max_chars: int = 2048
+    # A switched-off mechanism's tool stays in the schemas and answers that it is
+    # unavailable (not a format error); False removes it, and calling it is an unknown tool.
+    keep_ablated_tools: bool = True
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -56,6 +73,17 @@ class HarnessConfig:
         for name in ("max_turns", "context_token_limit", "search_k", "max_calls_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"HarnessConfig.{name} must be >= 1")
+
+    @property
+    def max_steps(self) -> int:
+        """The most steps an episode can take: a cap for runners, never reached first.
+
+        Uncounted steps are format-error turns (at most max_format_error_turns - 1 in a row
+        before a counted one, else the episode ends) and a final end_search turn.
+        """
+        if self.count_every_step:
+            return self.max_turns
+        return (self.max_turns + 1) * max(self.max_format_error_turns, 1)
 
     @property
     def tool_limits(self) -> ToolLimits:

@@ -8,9 +8,17 @@ JSON or do not fit the schema, unknown document ids and rejected regexes all com
 errors. After `max_format_error_turns` consecutive turns in which every call failed, the
 episode ends with termination_reason "format_errors".
 
-Episodes end on end_search ("end_search"), at `max_turns` ("max_turns"), or when the
-accumulated context-token estimate passes `context_token_limit` ("context_budget"); see
-budget.py for how tokens are estimated.
+Episodes end on end_search ("end_search"), after `max_turns` counted turns ("max_turns"),
+or when the accumulated context-token estimate passes `context_token_limit`
+("context_budget"); see budget.py for how tokens are estimated.
+
+What counts as a turn (`state.turns_used`, which drives `max_turns`, the budget marker and
+the reward's turn penalty): a step in which at least one call other than end_search ran,
+as Harness-1 counts them. A step in which every call failed (a format-error turn) and a
+step whose only successful call was end_search are not counted. A call to a tool whose
+mechanism is switched off runs (it answers that the tool is unavailable), so it counts.
+`HarnessConfig.count_every_step` counts every step instead. `state.turn` is the step
+index either way; records and first-seen turns are numbered by it.
 
 The tool handlers live in handlers.py and the schemas in tools.py; this module owns the
 episode loop, termination and observation assembly.
@@ -57,10 +65,16 @@ class SearchHarness:
         self.ablation = ablation or Ablation()
         self.verifier: Verifier = verifier or LexicalVerifier()
         self._specs: dict[str, ToolSpec] = {
-            spec.name: spec for spec in tool_specs(self.config.tool_limits, self.ablation)
+            spec.name: spec
+            for spec in tool_specs(
+                self.config.tool_limits,
+                self.ablation,
+                keep_ablated=self.config.keep_ablated_tools,
+            )
         }
         self._state: HarnessState | None = None
         self._runner: ToolRunner | None = None
+        self._acted = False  # a call other than end_search ran in this step
 
     @property
     def state(self) -> HarnessState:
@@ -115,10 +129,13 @@ class SearchHarness:
         runner = self._runner
         assert runner is not None
         runner.begin_turn()
+        self._acted = False
         results = self._run_calls(calls, runner)
         failed = sum(1 for r in results if not r.ok)
         state.format_errors += failed
         state.error_streak = state.error_streak + 1 if failed == len(results) else 0
+        if self._acted or self.config.count_every_step:
+            state.turns_used += 1
         self._check_limits()
         action_tokens = sum(_action_tokens(call) for call in calls)
         observation = self._observe(results, action_tokens)
@@ -157,11 +174,23 @@ class SearchHarness:
             return _failure(
                 call.call_id, name, f"unknown tool {name!r}; available tools: {available}"
             )
+        if spec.mechanism and not getattr(self.ablation, spec.mechanism):
+            # Not a format error: the call fits the interface, the condition lacks the tool.
+            # It is not counted as a use of the tool (tool diversity) either.
+            self._acted = True
+            return ToolResult(
+                call_id=call.call_id,
+                name=name,
+                content=f"{name} is unavailable in this condition "
+                f"({spec.mechanism} is switched off); nothing was done",
+            )
         try:
             arguments = parse_arguments(spec, call.arguments)
             content = runner.run(name, arguments)
         except (ArgumentError, ToolFailure, PatternError) as exc:
             return _failure(call.call_id, name, str(exc))
+        if name != END_SEARCH:
+            self._acted = True
         counts = self.state.tool_counts
         counts[name] = counts.get(name, 0) + 1
         return ToolResult(call_id=call.call_id, name=name, content=content)
@@ -172,7 +201,7 @@ class SearchHarness:
             return
         if state.error_streak >= self.config.max_format_error_turns:
             self._end("format_errors")
-        elif state.turn >= self.config.max_turns:
+        elif state.turns_used >= self.config.max_turns:
             self._end("max_turns")
 
     def _end(self, reason: str) -> None:

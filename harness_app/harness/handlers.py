@@ -10,7 +10,7 @@ mutable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from itertools import chain, zip_longest
 from typing import Any
 
@@ -126,10 +126,14 @@ class ToolRunner:
         # Hidden near-duplicates would leave the model with fewer than k results, so ask
         # again for the shortfall (they are excluded now); a few rounds at most.
         for _ in range(_BACKFILL_ROUNDS):
-            hits = self.retriever.search(query, k=k - len(shown), exclude=state.shown.keys())
+            # Hidden near-duplicates were returned once too: they are not returned again.
+            exclude: Collection[str] = (
+                state.shown.keys() | state.suppressed.keys() if state.suppressed else state.shown
+            )
+            hits = self.retriever.search(query, k=k - len(shown), exclude=exclude)
             hidden_before = len(hidden)
             for hit in hits:
-                if hit.doc_id in state.shown:
+                if hit.doc_id in state.shown or hit.doc_id in state.suppressed:
                     continue  # a retriever that ignores `exclude` must not repeat results
                 line = self._show_hit(hit, query, tool, hidden)
                 if line:
@@ -148,7 +152,8 @@ class ToolRunner:
         kept = self._near_duplicate(doc)
         if kept is not None:
             self.state.suppressed[doc.doc_id] = kept
-            self._mark_shown(doc.doc_id)
+            if self.config.hidden_duplicates_count_as_shown:
+                self._mark_shown(doc.doc_id)
             hidden.append((doc.doc_id, kept))
             return ""
         view = self._view(doc, query)
@@ -244,11 +249,15 @@ class ToolRunner:
 
     def review_docs(self, arguments: dict[str, Any]) -> str:
         ids = _unique(arguments["doc_ids"])
-        unknown = [d for d in ids if d not in self.state.memory and d not in self.state.suppressed]
+        state = self.state
+        hidden_ok = self.config.hidden_duplicates_count_as_shown
+        unknown = [
+            d for d in ids if d not in state.memory and not (hidden_ok and d in state.suppressed)
+        ]
         if unknown:
             raise ToolFailure(
-                f"not seen in this episode: {', '.join(unknown)} "
-                "(review_docs only recalls documents already shown)"
+                _not_shown_message(unknown, state)
+                + " (review_docs only recalls documents already shown)"
             )
         return "\n".join(self._memory_card(d) for d in ids)
 
@@ -259,7 +268,7 @@ class ToolRunner:
             kept = state.suppressed[doc_id]
             return f"- {doc_id}: hidden as a near-duplicate of {kept}; review {kept} instead"
         lines = [f"- {doc_label(doc_id, entry.title)} ({'; '.join(self._card_facts(entry))})"]
-        lines.append(f"  {entry.snippet}")
+        lines.append(f"  {self._review_text(entry)}")
         if self.ablation.evidence_graph:
             entities = [e.label for e in state.graph.entities_of(doc_id)[:8]]
             if entities:
@@ -267,6 +276,13 @@ class ToolRunner:
         checks = [v for v in state.verifications if v.doc_id == doc_id][-3:]
         lines.extend(f'  verified "{clip(v.claim, 80)}": {v.verdict} {v.score:.2f}' for v in checks)
         return "\n".join(lines)
+
+    def _review_text(self, entry: MemoryEntry) -> str:
+        """The stored text of the document, re-read as Harness-1 does, or the card's view."""
+        if not self.config.review_docs_text:
+            return entry.snippet
+        doc = self.retriever.document(entry.doc_id)  # a lookup by id, not a search
+        return clip(doc.text or doc.title, self.config.review_max_chars)
 
     def _card_facts(self, entry: MemoryEntry) -> list[str]:
         facts = [f"seen t{entry.first_turn}"]
@@ -291,9 +307,7 @@ class ToolRunner:
         if both:
             raise ToolFailure(f"ids both added and removed: {', '.join(both)}")
         mentioned = [*add_ids, *remove_ids, *importance]
-        unseen = [d for d in _unique(mentioned) if d not in self.state.shown]
-        if unseen:
-            raise ToolFailure(f"doc ids not shown in this episode: {', '.join(unseen)}")
+        self._require_shown(_unique(mentioned))
         additions: list[tuple[str, str | None]] = [(d, importance.get(d)) for d in add_ids]
         # An importance entry for a doc not in add_ids retags it, or adds it if uncurated.
         additions += [(d, tag) for d, tag in importance.items() if d not in add_ids]
@@ -315,9 +329,7 @@ class ToolRunner:
     def verify(self, arguments: dict[str, Any]) -> str:
         claim = " ".join(arguments["claim"].split())
         ids = _unique(arguments["doc_ids"])
-        unseen = [d for d in ids if d not in self.state.shown]
-        if unseen:
-            raise ToolFailure(f"doc ids not shown in this episode: {', '.join(unseen)}")
+        self._require_shown(ids)
         lines = [f'claim "{clip(claim, 160)}":']
         for doc_id in ids:
             verdict = self.verifier.verify(claim, self.retriever.document(doc_id))
@@ -344,6 +356,11 @@ class ToolRunner:
         return f"search ended with {len(state.curated)} curated docs"
 
     # -- bookkeeping -----------------------------------------------------------------------
+
+    def _require_shown(self, ids: list[str]) -> None:
+        unseen = [d for d in ids if d not in self.state.shown]
+        if unseen:
+            raise ToolFailure(_not_shown_message(unseen, self.state))
 
     def _register(
         self,
@@ -390,6 +407,22 @@ def _search_text(query: str, lines: list[str], hidden: list[tuple[str, str]]) ->
     if hidden:
         parts.append("near-duplicates hidden: " + ", ".join(f"{d}≈{k}" for d, k in hidden))
     return "\n".join(parts)
+
+
+def _not_shown_message(ids: list[str], state: HarnessState) -> str:
+    """Names the ids never shown, and says which were hidden as near-duplicates of what."""
+    hidden = [d for d in ids if d in state.suppressed]
+    never = [d for d in ids if d not in state.suppressed]
+    parts = []
+    if never:
+        parts.append(f"doc ids not shown in this episode: {', '.join(never)}")
+    if hidden:
+        pairs = ", ".join(f"{d} (near-duplicate of {state.suppressed[d]})" for d in hidden)
+        parts.append(
+            f"hidden as near-duplicates, their text was not shown: {pairs}; use the kept "
+            "doc, or read_document the hidden one first"
+        )
+    return "; ".join(parts)
 
 
 def _fingerprint_text(doc: Document) -> str:

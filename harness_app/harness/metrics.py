@@ -99,7 +99,7 @@ class EpisodeMetrics:
     trajectory_recall: float
     trajectory_final_answer_recall: float
     tool_diversity: int
-    turns: int
+    turns: int  # counted turns (HarnessState.turns_used), not steps
     format_errors: int
     curated_count: int
     shown_count: int
@@ -158,7 +158,7 @@ class EpisodeStateLike(Protocol):
     def tool_counts(self) -> Mapping[str, int]: ...
 
     @property
-    def turn(self) -> int: ...
+    def turns_used(self) -> int: ...
 
     @property
     def format_errors(self) -> int: ...
@@ -173,7 +173,7 @@ def metrics_from_state(
         curated_ids=state.curated_ids(),
         shown_ids=state.shown_ids,
         tool_counts=state.tool_counts,
-        turns=state.turn,
+        turns=state.turns_used,
         format_errors=state.format_errors,
         query=query,
         beta=beta,

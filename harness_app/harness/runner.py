@@ -110,7 +110,9 @@ class EpisodeRun:
     """One episode in progress: iterate it for TurnRecords, then ask for `result()`.
 
     `max_turns` caps the policy's steps from the runner's side, on top of the budget the
-    environment enforces itself (a guard against a policy or env that never stops).
+    environment enforces itself (a guard against a policy or env that never stops). It
+    counts steps, not the environment's counted turns, so a cap meant never to cut an
+    episode short is `HarnessConfig.max_steps`, not `max_turns`.
     """
 
     def __init__(
@@ -215,7 +217,10 @@ class EpisodeRun:
             turns=list(self.records),
             metrics=metrics,
             reward=compute_reward(
-                metrics, max_turns=self.env.config.max_turns, weights=self.weights
+                metrics,
+                max_turns=self.env.config.max_turns,
+                weights=self.weights,
+                termination_reason=self.termination_reason,
             ),
             termination_reason=self.termination_reason,
             curated_ids=sorted(self.env.state.curated_ids()),

@@ -16,11 +16,14 @@ Parts, in the paper's letters:
 - G `graph`: the evidence graph (see graph.py).
 - V `verifications`: structured claim/doc verdicts.
 - H `searches`: one record per query or grep pattern.
-- B `turn`, `tokens_used`: the budget.
+- B `turns_used`, `tokens_used`: the budget. `turn` is the step index (every call of
+  `step`, the numbering records and first-seen turns use); `turns_used` is the count that
+  `max_turns` and the turn penalty read, which by default leaves out format-error turns
+  and end_search-only turns (`HarnessConfig.count_every_step`).
 
-`shown` maps every document id ever presented to the model (hit lists, reads, grep hits,
-near-duplicate notes) to the turn it first appeared; the working memory only repeats ids
-already in it.
+`shown` maps every document id whose content was presented to the model (hit lists, reads,
+grep hits; near-duplicate notes only with `HarnessConfig.hidden_duplicates_count_as_shown`)
+to the turn it first appeared; the working memory only repeats ids already in it.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class HarnessStateJson(TypedDict):
     query_id: str
     question: str
     turn: int
+    turns_used: int
     done: bool
     termination_reason: str
     final_reasoning: str
@@ -146,7 +150,8 @@ def _records_json(items: Mapping[str, object]) -> dict[str, RecordJson]:
 class HarnessState:
     query_id: str
     question: str
-    turn: int = 0
+    turn: int = 0  # step index: every step adds one
+    turns_used: int = 0  # turns counted toward max_turns and the turn penalty
     done: bool = False
     termination_reason: str = ""
     final_reasoning: str = ""
@@ -185,6 +190,7 @@ class HarnessState:
             "query_id": self.query_id,
             "question": self.question,
             "turn": self.turn,
+            "turns_used": self.turns_used,
             "done": self.done,
             "termination_reason": self.termination_reason,
             "final_reasoning": self.final_reasoning,
@@ -210,6 +216,8 @@ class HarnessState:
             query_id=data["query_id"],
             question=data["question"],
             turn=data["turn"],
+            # Snapshots from before the count existed counted every step.
+            turns_used=data.get("turns_used", data["turn"]),
             done=data["done"],
             termination_reason=data["termination_reason"],
             final_reasoning=data["final_reasoning"],
@@ -253,8 +261,10 @@ def consistency_problems(state: HarnessState, capacity: int) -> list[str]:
     problems += [
         f"suppressed {d!r} maps to unshown {k!r}"
         for d, k in state.suppressed.items()
-        if k not in state.memory or d not in state.shown
+        if k not in state.memory
     ]
+    if state.turns_used > state.turn:
+        problems.append(f"turns_used {state.turns_used} exceeds the step index {state.turn}")
     problems += [
         f"verification of unshown {v.doc_id!r}"
         for v in state.verifications

@@ -51,7 +51,7 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
-    mechanism: str = ""  # the Ablation field that must be on for the tool to exist
+    mechanism: str = ""  # the Ablation field that must be on for the tool to run
     # What validation accepts when it is wider than what is advertised (see curate).
     accepts: dict[str, Any] | None = None
 
@@ -94,8 +94,16 @@ def _ids(description: str, max_items: int, min_items: int = 1) -> dict[str, Any]
     }
 
 
-def tool_specs(limits: ToolLimits, ablation: Ablation) -> list[ToolSpec]:
-    """The tools that exist under this ablation, in a stable order."""
+def tool_specs(
+    limits: ToolLimits, ablation: Ablation, *, keep_ablated: bool = True
+) -> list[ToolSpec]:
+    """The tools advertised under this ablation, in a stable order.
+
+    With `keep_ablated` (Harness-1's way) a switched-off mechanism leaves the interface as
+    it was: every tool and field is advertised as in the full harness, and the harness
+    answers a disabled tool's calls with a note that it is unavailable. Without it, the
+    tools of switched-off mechanisms and curate's `importance` field are not advertised.
+    """
     specs = [
         ToolSpec(
             SEARCH_CORPUS,
@@ -139,7 +147,7 @@ def tool_specs(limits: ToolLimits, ablation: Ablation) -> list[ToolSpec]:
             ),
             mechanism="review_docs",
         ),
-        _curate_spec(limits, ablation),
+        _curate_spec(limits, ablation.importance_tags or keep_ablated),
         ToolSpec(
             VERIFY,
             "Check whether documents support a claim; returns a verdict and evidence "
@@ -159,10 +167,12 @@ def tool_specs(limits: ToolLimits, ablation: Ablation) -> list[ToolSpec]:
             _obj({"reasoning": {"type": "string", "description": "Why you are done."}}, []),
         ),
     ]
+    if keep_ablated:
+        return specs
     return [s for s in specs if not s.mechanism or getattr(ablation, s.mechanism)]
 
 
-def _curate_spec(limits: ToolLimits, ablation: Ablation) -> ToolSpec:
+def _curate_spec(limits: ToolLimits, advertise_tags: bool) -> ToolSpec:
     properties: dict[str, Any] = {
         "add_ids": _ids("Documents to add.", limits.max_curate_ids, min_items=0),
         "remove_ids": _ids("Documents to remove.", limits.max_curate_ids, min_items=0),
@@ -173,7 +183,7 @@ def _curate_spec(limits: ToolLimits, ablation: Ablation) -> ToolSpec:
         },
     }
     description = "Add documents to, or remove them from, the curated evidence set"
-    if ablation.importance_tags:
+    if advertise_tags:
         description += (
             f" (capacity {limits.max_curate_ids}; when full, a doc of a strictly lower tag "
             "is evicted)."

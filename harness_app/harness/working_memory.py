@@ -151,6 +151,6 @@ def _verifications(state: HarnessState, config: HarnessConfig) -> str:
 
 def _budget(state: HarnessState, config: HarnessConfig) -> str:
     status = BudgetStatus(
-        state.turn, config.max_turns, state.tokens_used, config.context_token_limit
+        state.turns_used, config.max_turns, state.tokens_used, config.context_token_limit
     )
     return render_budget(status, config.budget_warnings)

@@ -27,12 +27,28 @@ def test_researcher_creates_a_batch_that_is_queued_on_commit(
     assert len(callbacks) == 1
 
 
+def test_a_batch_takes_a_reward_preset_and_stores_its_weights(
+    researcher_api, demo_benchmark, baseline_policy
+):
+    weights = {"preset": "harness1", "turn_penalty": 0.05}
+    body = _body(demo_benchmark, baseline_policy, reward_weights=weights)
+    response = researcher_api.post("/api/batches/", body, format="json")
+    assert response.status_code == 201, response.json()
+    stored = response.json()["reward_weights"]
+    assert (stored["diversity"], stored["turn_penalty"], stored["format_failure_reward"]) == (
+        0.25,
+        0.05,
+        -0.5,
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "field", "message"),
     [
         ({"max_turns": 1000}, "max_turns", "max_turns must be between 1 and 200, got 1000"),
         ({"samples_per_query": 0}, "samples_per_query", "samples_per_query must be between"),
         ({"reward_weights": {"f2": 1}}, "reward_weights", "unknown reward weight(s) f2"),
+        ({"reward_weights": {"preset": "paper"}}, "reward_weights", "unknown reward preset"),
         ({"ablate": ["telepathy"]}, "ablate", '"telepathy" is not a valid choice.'),
         ({"termination_policy": "never"}, "termination_policy", "is not a valid choice"),
         ({"benchmark": 999999}, "benchmark", 'Invalid pk "999999" - object does not exist.'),

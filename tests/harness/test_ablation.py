@@ -97,14 +97,17 @@ def test_switching_a_mechanism_off_changes_what_the_episode_does(capsys, tmp_pat
     _, out, _ = ablate(capsys, tmp_path, "--json")
     result = by_condition(out)
     full, verify_off = result["full"], result["minus_verify"]
-    # Without verify the baseline loses that tool and its verify turn.
+    # Without verify the tool is still offered, as in Harness-1: the baseline calls it and
+    # is told it is unavailable, which is no use of the tool and no failure.
     assert verify_off["tool_diversity_mean"] == full["tool_diversity_mean"] - 1
-    assert verify_off["turns_mean"] == full["turns_mean"] - 1
+    assert verify_off["errors_mean"] == full["errors_mean"] == 0
     assert result["minus_review_docs"]["tool_diversity_mean"] == full["tool_diversity_mean"] - 1
-    # With everything off the curated set is worse on the demo's bridge questions.
+    # With everything off, verify and review_docs only answer that they are unavailable.
+    # On these 12 demo questions the baseline's curated set is then no better (it is as
+    # good: only all of the earlier defaults together made it worse).
     all_off = result["all_harness_mechanisms_disabled"]
-    assert all_off["recall_mean"] < full["recall_mean"]
-    assert all_off["final_answer_recall_mean"] < full["final_answer_recall_mean"]
+    assert all_off["tool_diversity_mean"] == full["tool_diversity_mean"] - 2
+    assert all_off["recall_mean"] <= full["recall_mean"]
 
 
 def test_minus_evidence_graph_renders_no_bridges(tmp_path):

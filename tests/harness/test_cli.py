@@ -99,6 +99,25 @@ def test_ablate_and_limit(beir, tmp_path, capsys):
     assert code == 0 and summary["n"] == 1 and summary["condition"] == "-compression-dedup"
 
 
+def test_reward_preset_chooses_the_weights(beir, tmp_path, capsys):
+    rows = {}
+    for preset in ("default", "harness1"):
+        out_file = tmp_path / f"{preset}.jsonl"
+        argv = ["eval", str(beir), "--index-dir", str(tmp_path / "i"), "--out", str(out_file)]
+        code, _, _ = run_cli(capsys, *argv, "--reward-preset", preset)
+        assert code == 0
+        rows[preset] = json.loads(out_file.read_text().splitlines()[0])
+    # Same episode, same metrics; harness1 halves the diversity bonus (0.25 against 0.5).
+    default, harness1 = rows["default"], rows["harness1"]
+    assert default["curated_ids"] == harness1["curated_ids"]
+    diversity = min(default["tool_diversity"] / 6, 1)
+    assert default["reward_components"]["diversity"] == pytest.approx(0.5 * diversity)
+    assert harness1["reward_components"]["diversity"] == pytest.approx(0.25 * diversity)
+    argv = ["ablate", str(beir), "--index-dir", str(tmp_path / "i"), "--conditions", "full"]
+    code, out, _ = run_cli(capsys, *argv, "--json", "--reward-preset", "harness1")
+    assert code == 0 and json.loads(out)["reward_preset"] == "harness1"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -113,6 +132,8 @@ def test_ablate_and_limit(beir, tmp_path, capsys):
         ),
         (["bench-retrieval", "{missing}"], "BEIR folder not found"),
         (["single-bm25", "{beir}", "--k", "0"], "--k must be at least 1"),
+        (["eval", "{beir}", "--reward-preset", "paper"], "unknown reward preset 'paper'"),
+        (["ablate", "{beir}", "--reward-preset", "paper"], "known: default, harness1"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(beir, tmp_path, capsys, argv, message):

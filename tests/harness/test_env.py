@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from harness_app.harness.ablation import MECHANISMS, Ablation
+from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS, Ablation
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.state import HarnessState
+from harness_app.harness.types import Document
 from tests.harness.fakes import DOCS, QUESTION, FakeRetriever, call, make_env, step1
 
 ENGINE_QUERY = {"query": "Analytical Engine Babbage program"}
@@ -54,7 +55,8 @@ def test_search_fills_pool_memory_and_shown_and_excludes_returned_docs():
     entry = next(iter(env.state.pool.values()))
     assert entry.first_turn == 1 and entry.query == ENGINE_QUERY["query"] and entry.score > 0
     step1(env, "search_corpus", ENGINE_QUERY)
-    assert retriever.calls[-1][2] == shown_after_first
+    # Every doc returned before is excluded: those shown and the hidden near-duplicate.
+    assert retriever.calls[-1][2] == shown_after_first | set(env.state.suppressed)
     assert not shown_after_first & set(env.state.searches[-1].hit_ids)
 
 
@@ -83,7 +85,7 @@ def test_review_docs_recalls_memory_and_names_unseen_ids():
     step1(env, "search_corpus", ENGINE_QUERY)
     seen = next(iter(env.state.memory))
     ok = step1(env, "review_docs", {"doc_ids": [seen]})
-    assert ok.ok and env.state.memory[seen].snippet in ok.content
+    assert ok.ok and next(d for d in DOCS if d.doc_id == seen).text[:200] in ok.content
     bad = step1(env, "review_docs", {"doc_ids": [seen, "Grace_Hopper", "Nope"]})
     assert not bad.ok and "Grace_Hopper, Nope" in bad.error
 
@@ -224,8 +226,15 @@ def test_without_importance_tags_every_doc_is_fair_and_tags_are_ignored():
     )
     assert result.ok and "tags are disabled" in result.content
     assert env.state.curated["Ada_Lovelace"].importance == "fair"
-    curate_schema = next(s for s in env.tool_schemas() if s["function"]["name"] == "curate")
-    assert "importance" not in curate_schema["function"]["parameters"]["properties"]
+    # The interface is left as it was: curate still advertises importance.
+    assert _schema(env, "curate") == _schema(make_env(), "curate")
+    # The earlier behaviour under its switch: the field is not advertised.
+    old = make_env(Ablation().without("importance_tags"), keep_ablated_tools=False)
+    assert "importance" not in _schema(old, "curate")["function"]["parameters"]["properties"]
+
+
+def _schema(env: SearchHarness, name: str) -> dict:
+    return next(s for s in env.tool_schemas() if s["function"]["name"] == name)
 
 
 def test_without_compression_hits_show_the_leading_snippet():
@@ -259,11 +268,36 @@ def test_without_evidence_graph_no_graph_and_no_bridges():
 @pytest.mark.parametrize(
     ("mechanism", "tool"), [("review_docs", "review_docs"), ("verification", "verify")]
 )
-def test_ablated_tools_are_absent_and_unknown(mechanism, tool):
+def test_ablated_tools_stay_in_the_schemas_and_answer_that_they_are_unavailable(mechanism, tool):
     env = make_env(Ablation().without(mechanism))
+    assert env.tool_schemas() == make_env().tool_schemas()
+    step1(env, "search_corpus", ENGINE_QUERY)
+    obs = env.step([call(tool, {"doc_ids": ["Ada_Lovelace"], "claim": "x"})])
+    result = obs.tool_results[0]
+    assert result.ok and f"{tool} is unavailable in this condition" in result.content
+    # Not a format error, not a use of the tool; the turn counts like any action.
+    assert env.state.format_errors == 0 and env.state.error_streak == 0
+    assert tool not in env.state.tool_counts and env.state.turns_used == 2
+    assert env.state.verifications == [] and not obs.done
+    # Three in a row do not end the episode the way three format failures do.
+    for _ in range(3):
+        assert not env.step([call(tool, {"doc_ids": ["Ada_Lovelace"]})]).done
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "tool"), [("review_docs", "review_docs"), ("verification", "verify")]
+)
+def test_with_the_switch_ablated_tools_are_absent_and_unknown(mechanism, tool):
+    env = make_env(Ablation().without(mechanism), keep_ablated_tools=False)
     assert tool not in [s["function"]["name"] for s in env.tool_schemas()]
     result = step1(env, tool, {"doc_ids": ["Ada_Lovelace"], "claim": "x"})
     assert not result.ok and f"unknown tool {tool!r}" in result.error
+
+
+def test_all_mechanisms_off_keeps_the_full_interface():
+    all_off = REFERENCE_CONDITIONS["all_harness_mechanisms_disabled"]
+    assert all_off.disabled == MECHANISMS
+    assert make_env(all_off).tool_schemas() == make_env().tool_schemas()
 
 
 def test_without_budget_marker_the_budget_is_enforced_but_not_shown():
@@ -308,3 +342,95 @@ def test_config_round_trips_and_rejects_unknown_fields():
         HarnessConfig.from_json({"max_turn": 3})
     with pytest.raises(ValueError, match="max_turns"):
         HarnessConfig(max_turns=0)
+
+
+# -- what counts as a turn (issue 17, item 4) -----------------------------------------------
+
+
+def test_format_error_turns_and_an_end_search_only_turn_do_not_count():
+    env = make_env()
+    env.step([call("search_corpus", ENGINE_QUERY)])
+    env.step([call("nope")])  # every call failed
+    env.step([])  # no call: one format error
+    assert (env.state.turn, env.state.turns_used) == (3, 1)
+    obs = env.step([call("curate", {"add_ids": ["Ada_Lovelace"]}), call("nope")])
+    assert env.state.turns_used == 2  # one call succeeded: the turn counts
+    assert "BUDGET turn 2/40" in obs.working_memory  # the marker shows counted turns
+    env.step([call("end_search")])
+    assert (env.state.turn, env.state.turns_used) == (5, 2)
+
+
+def test_max_turns_counts_turns_not_steps():
+    env = make_env(max_turns=2)
+    env.step([call("search_corpus", ENGINE_QUERY)])
+    assert not env.step([call("nope")]).done  # an error turn leaves the budget alone
+    obs = env.step([call("search_corpus", {"query": "loom"})])
+    assert obs.done and obs.termination_reason == "max_turns"
+    assert (env.state.turn, env.state.turns_used) == (3, 2)
+    # Records and snapshots keep the step index.
+    assert obs.turn == 3 and env.state.to_json()["turn"] == 3
+
+
+def test_with_the_switch_every_step_counts():
+    env = make_env(max_turns=2, count_every_step=True)
+    env.step([call("search_corpus", ENGINE_QUERY)])
+    obs = env.step([call("nope")])
+    assert obs.done and obs.termination_reason == "max_turns"
+    assert env.state.turns_used == env.state.turn == 2
+    env = make_env(count_every_step=True)
+    env.step([call("end_search")])
+    assert env.state.turns_used == 1
+
+
+def test_a_snapshot_from_before_the_count_reads_every_step_as_a_turn():
+    env = make_env()
+    env.step([call("search_corpus", ENGINE_QUERY)])
+    env.step([call("nope")])
+    old = env.state.to_json()
+    del old["turns_used"]  # type: ignore[misc]
+    assert HarnessState.from_json(old).turns_used == 2
+
+
+# -- review_docs, fan_out_search and compression-off views (items 5-7) ----------------------
+
+
+def test_review_docs_rereads_the_stored_text_under_the_card_header():
+    env = make_env(review_max_chars=120)
+    step1(env, "search_corpus", ENGINE_QUERY)
+    env.step([call("verify", {"claim": "Ada Lovelace wrote notes", "doc_ids": ["Ada_Lovelace"]})])
+    content = step1(env, "review_docs", {"doc_ids": ["Ada_Lovelace"]}).content
+    header, text, *rest = content.splitlines()
+    assert header.startswith('- Ada_Lovelace (seen t1; via "Analytical Engine')
+    assert "curated fair" in header
+    ada = next(d for d in DOCS if d.doc_id == "Ada_Lovelace")
+    assert text.strip().startswith(ada.text[:100]) and len(text.strip()) <= 120
+    assert any(line.strip().startswith('verified "Ada Lovelace wrote notes"') for line in rest)
+
+
+def test_review_docs_shows_the_memory_card_under_its_switch():
+    env = make_env(review_docs_text=False)
+    step1(env, "search_corpus", ENGINE_QUERY)
+    snippet = env.state.memory["Ada_Lovelace"].snippet
+    content = step1(env, "review_docs", {"doc_ids": ["Ada_Lovelace"]}).content
+    assert content.splitlines()[1].strip() == snippet
+
+
+def test_fan_out_shows_ten_hits_per_query_by_default():
+    env = make_env(auto_seed_count=0)
+    step1(env, "fan_out_search", {"queries": ["Charles Babbage engine computer London"]})
+    assert len(env.state.searches[0].hit_ids) == 10
+
+
+def test_without_compression_hits_show_the_raw_text_up_to_2048_characters():
+    long_doc = Document(
+        "Long", "Long", " ".join(f"Sentence {i} about engines." for i in range(200))
+    )
+    env = make_env(Ablation().without("compression"), retriever=FakeRetriever([*DOCS, long_doc]))
+    content = step1(env, "search_corpus", {"query": "Sentence about engines"}).content
+    line = next(x for x in content.splitlines() if x.startswith("- Long"))
+    view = line.split(": ", 1)[1]
+    assert view.startswith("Sentence 0 about engines. Sentence 1") and len(view) <= 2048
+    assert len(view) > 2000  # cut near the cap, not at a short snippet
+    short = step1(env, "search_corpus", {"query": "Grace Hopper COBOL"}).content
+    hopper = next(d for d in DOCS if d.doc_id == "Grace_Hopper")
+    assert hopper.text in short  # a short document is shown whole

@@ -141,7 +141,7 @@ def test_query_without_qrels_scores_zero_everywhere():
 class FakeState:
     shown_ids: set[str]
     tool_counts: dict[str, int]
-    turn: int
+    turns_used: int
     format_errors: int
     curated: set[str] = field(default_factory=set)
 

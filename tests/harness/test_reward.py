@@ -164,3 +164,71 @@ def test_breakdown_serialises_every_component():
     data = json.loads(json.dumps(r.to_json()))
     assert set(data) >= {"f_beta", "missed_answer", "turn_penalty", "diversity", "total"}
     assert data["total"] == pytest.approx(r.total)
+
+
+# -- format failures (issue 17, item 2) -----------------------------------------------------
+
+
+def test_an_episode_ended_by_format_failures_scores_minus_half_outright():
+    good = metrics({"answer"}, {"answer"}, FOUR_TOOLS)  # would score well above 0
+    r = compute_reward(good, max_turns=40, termination_reason="format_errors")
+    assert r.format_failure and not r.empty_set
+    assert r.total == r.raw == -0.5
+    assert r.f_beta == 0.0  # the breakdown says why: no term was scored
+    assert json.loads(json.dumps(r.to_json()))["format_failure"] is True
+    # Even with nothing curated, the format failure is what scores.
+    assert (
+        compute_reward(
+            metrics(set(), set()), max_turns=40, termination_reason="format_errors"
+        ).total
+        == -0.5
+    )
+
+
+def test_format_failure_term_switched_off_scores_the_episode_normally():
+    m = metrics({"answer"}, {"answer"}, FOUR_TOOLS)
+    off = RewardWeights(format_failure_reward=None)
+    r = compute_reward(m, max_turns=40, weights=off, termination_reason="format_errors")
+    assert not r.format_failure
+    assert r.total == compute_reward(m, max_turns=40).total
+    assert RewardWeights.from_json({"format_failure_reward": None}) == off
+    # Other endings are never charged.
+    assert not compute_reward(m, max_turns=40, termination_reason="max_turns").format_failure
+
+
+# -- presets (issue 17, item 8) -------------------------------------------------------------
+
+
+def test_harness1_preset_is_the_papers_reward_for_40_turn_episodes():
+    w = RewardWeights.preset("harness1")
+    two_tools = {"search_corpus": 3, "curate": 1, "end_search": 1}
+    m = metrics({"answer"}, {"answer"}, two_tools, turns=30)
+    r = compute_reward(m, max_turns=40, weights=w)
+    assert r.diversity == pytest.approx(0.25 * 2 / 6)  # +0.25·min(U/6, 1), U = 2
+    assert r.diversity_shortfall == pytest.approx(-0.08 * 4)  # -0.08·max(0, 6 - U)
+    assert r.turn_penalty == pytest.approx(-0.02 * 10 / 20)  # 0.02·min((t-20)/20, 1)
+    for turns, expected in [(20, 0.0), (21, 0.001), (40, 0.02), (45, 0.02)]:
+        assert turn_penalty(turns, 40, w) == pytest.approx(expected)
+    assert compute_reward(metrics(set(), set()), max_turns=40, weights=w).total == -0.2
+    assert (
+        compute_reward(m, max_turns=40, weights=w, termination_reason="format_errors").total == -0.5
+    )
+
+
+def test_presets_by_name_and_in_weights_json():
+    assert RewardWeights.preset("default") == RewardWeights()
+    assert RewardWeights.preset("library_default") == RewardWeights.library_default()
+    assert RewardWeights.from_json("harness1") == RewardWeights.harness1()
+    # A mapping may name a preset and override some of its weights.
+    tuned = RewardWeights.from_json({"preset": "harness1", "turn_penalty": 0.05})
+    assert tuned.turn_penalty == 0.05 and tuned.diversity == 0.25
+    # Stored weights are the resolved ones, so they round-trip without the name.
+    assert RewardWeights.from_json(tuned.to_json()) == tuned
+
+
+@pytest.mark.parametrize("data", ["harness2", {"preset": "paper"}, {"preset": 3}])
+def test_an_unknown_preset_lists_the_known_ones(data):
+    with pytest.raises(
+        RewardConfigError, match=r"unknown reward preset.*default, harness1, library_default"
+    ):
+        RewardWeights.from_json(data)

@@ -76,7 +76,7 @@ def test_result_scores_the_final_state(index):
     result = run_episode(env_for(index), Scripted([SEARCH, CURATE, END]), QUESTION)
     assert result.termination_reason == "end_search"
     assert result.curated_ids == ["Glass_Harbour_opera"]
-    assert result.metrics.turns == 3
+    assert result.metrics.turns == 2  # the end_search-only turn does not count
     assert result.metrics.tool_diversity == 2  # search_corpus and curate
     assert result.reward.answer_hit == 0.0  # the answer doc was never curated
     assert result.reward.total == pytest.approx(result.reward.raw)
@@ -154,8 +154,17 @@ def test_turn_penalty_uses_the_environment_budget(index):
     result = run_episode(
         env_for(index, max_turns=5), Scripted([SEARCH, CURATE, END]), QUESTION, weights=weights
     )
-    # 3 turns, 1 free, T_max 5: 0.15 * (3 - 1) / (5 - 1) = 0.075
-    assert result.reward.turn_penalty == pytest.approx(-0.075)
+    # 2 counted turns (end_search alone does not count), 1 free, T_max 5:
+    # 0.15 * (2 - 1) / (5 - 1) = 0.0375
+    assert result.reward.turn_penalty == pytest.approx(-0.0375)
+    # Counting every step, as before: 3 turns, 0.15 * (3 - 1) / (5 - 1) = 0.075
+    every = run_episode(
+        env_for(index, max_turns=5, count_every_step=True),
+        Scripted([SEARCH, CURATE, END]),
+        QUESTION,
+        weights=weights,
+    )
+    assert every.reward.turn_penalty == pytest.approx(-0.075)
 
 
 def test_abandoned_episode_is_scored_as_it_stands(index):
@@ -180,3 +189,31 @@ def test_policy_error_without_a_message_still_ends_the_episode(index):
     assert result.termination_reason == POLICY_ERROR
     assert result.error == "PolicyError"
     assert len(result.turns) == 1
+
+
+BAD = [ToolCall("search_corpus", {"q": "misspelt field"}, "c4")]
+
+
+def test_an_episode_ended_by_format_failures_scores_minus_half(index):
+    result = run_episode(env_for(index), Scripted([SEARCH, CURATE, BAD]), QUESTION)
+    assert result.termination_reason == "format_errors"
+    assert result.metrics.curated_recall == 0.5  # it had curated something useful
+    assert result.reward.format_failure and result.reward.total == -0.5
+    assert result.to_json()["reward"]["format_failure"] is True
+    # The format-error turns did not count as turns.
+    assert result.metrics.turns == 2 and len(result.turns) == 6
+    # With the term switched off the same episode is scored on what it curated.
+    off = RewardWeights(format_failure_reward=None)
+    plain = run_episode(env_for(index), Scripted([SEARCH, CURATE, BAD]), QUESTION, weights=off)
+    assert not plain.reward.format_failure and plain.reward.total > 0
+
+
+def test_a_runner_capped_at_max_steps_never_cuts_an_episode_the_harness_would_continue(index):
+    config = HarnessConfig(auto_seed_count=0, max_turns=2)
+    # Two format failures before every counted turn: 2 counted turns take 6 steps.
+    script = [BAD, BAD, SEARCH, BAD, BAD, SEARCH]
+    result = run_episode(
+        SearchHarness(index, config=config), Scripted(script), QUESTION, max_turns=config.max_steps
+    )
+    assert result.termination_reason == "max_turns"
+    assert result.metrics.turns == 2 and len(result.turns) == 7

@@ -79,7 +79,8 @@ def test_random_episodes_keep_the_state_consistent(script, ablation, capacity):
                 "format_errors",
                 "context_budget",
             }
-    assert env.state.turn <= config.max_turns
+    assert env.state.turns_used <= config.max_turns
+    assert env.state.turns_used <= env.state.turn <= config.max_steps
 
 
 @settings(max_examples=40, deadline=None)

@@ -89,6 +89,26 @@ def test_the_launch_form_creates_a_job_and_goes_to_its_page(
     assert job.created_by is not None and job.created_by.username == "rita"
 
 
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [('"harness1"', {"preset": "harness1"}), ('{"preset": "harness1"}', {"preset": "harness1"})],
+)
+def test_the_launch_form_takes_a_reward_preset_by_name(
+    researcher_client, policy, weights_dir, typed, stored
+):
+    data = _launch_data(policy, weights_dir, reward_weights=typed)
+    response = researcher_client.post("/training/rl/new/", data)
+    assert response.status_code == 302
+    assert RLJob.objects.get().reward_weights == stored
+
+
+def test_the_launch_form_names_an_unknown_reward_preset(researcher_client, policy, weights_dir):
+    data = _launch_data(policy, weights_dir, reward_weights='"paper"')
+    page = researcher_client.post("/training/rl/new/", data).content.decode()
+    assert "unknown reward preset" in page and "harness1" in page
+    assert not RLJob.objects.exists()
+
+
 def test_the_launch_form_shows_a_service_refusal_on_its_field(
     researcher_client,
     policy,

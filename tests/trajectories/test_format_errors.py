@@ -66,7 +66,10 @@ def test_three_malformed_turns_in_a_row_end_the_episode_as_format_errors(demo_be
     assert episode.termination_reason == "format_errors"
     assert episode.format_errors == 5
     assert episode.metrics["format_errors"] == 5
-    assert episode.turns == 7
+    # Turns as Harness-1 counts them: the two searches; format-error turns do not count.
+    assert episode.turns == 2
+    # An episode ended by format failures scores -0.5 outright, and says so.
+    assert episode.reward == -0.5 and episode.reward_components["format_failure"] is True
 
     turns = _turns(episode)
     assert [t.index for t in turns] == list(range(8))  # turn 0 is the opening observation

@@ -15,7 +15,8 @@ It is the embedded default and the floor an LLM policy must beat. One episode, i
 
 It stops early on budget: once the budget marker warns that 75% is used, it curates what it
 has and ends in the same turn. It uses only the tools the episode offers (pass `tools`, the
-names from `SearchHarness.tool_schemas()`), so an ablated tool never costs a format error.
+names from `SearchHarness.tool_schemas()`). A switched-off mechanism's tool is still
+offered by default and answers that it is unavailable, which is not a format error.
 Same question and corpus, same trajectory: every choice is made from ordered lists, never
 from set iteration order.
 """
