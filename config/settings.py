@@ -166,6 +166,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 # Queues and task names are declared in harness_app/queues.py; services enqueue by name.
 CELERY_TASK_ROUTES = queues.task_routes()
+# Every declared queue, so that a worker started without --queues serves all of them
+# (Celery's default would be the one queue named "celery"). The scripts still split the
+# queues over two pools; see harness_app/queues.py.
+CELERY_TASK_QUEUES = queues.kombu_queues()
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -10,7 +10,8 @@ tasks module; a tasks module imports its services (a task takes ids, loads nothi
 and calls one service). The names below are the ones Celery generated before they were
 declared here, so messages already in a broker still find their task.
 
-This module imports neither Django nor Celery at import time: settings read it.
+This module imports neither Django nor Celery at import time: settings read it (kombu's
+Queue is imported only by `kombu_queues`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Pool = Literal["prefork", "threads"]
 
@@ -88,6 +89,13 @@ def enqueue(
 
 def queue_names(pool: Pool | None = None) -> list[str]:
     return [q.name for q in QUEUES if pool is None or q.pool == pool]
+
+
+def kombu_queues() -> list[Any]:
+    """CELERY_TASK_QUEUES: what a worker started without --queues consumes."""
+    from kombu import Queue as KombuQueue
+
+    return [KombuQueue(name, routing_key=name) for name in queue_names()]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -57,3 +57,14 @@ def test_the_module_prints_each_pools_queues_for_the_worker_scripts() -> None:
     assert printed() == queues.queue_names()
     assert printed("--pool", "threads") == ["rollouts_llm"]
     assert "rollouts_llm" not in printed("--pool", "prefork")
+
+
+def test_a_worker_started_without_queues_serves_every_declared_queue() -> None:
+    # Celery's own default is the single queue "celery"; a plain `celery worker` would
+    # then leave every rollout and index build waiting.
+    consumed = current_app.amqp.queues.consume_from or current_app.amqp.queues
+    assert sorted(consumed) == sorted(queues.queue_names())
+    for task_name, queue in queues.TASK_QUEUES.items():
+        route = current_app.amqp.router.route({}, task_name, (), {})
+        assert route["queue"].name == queue
+        assert queue in consumed
