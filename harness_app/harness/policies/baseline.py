@@ -83,7 +83,7 @@ class BaselineConfig:
     search_misses: int = 0  # first-round entities with no article found: searched for
     bridge: BridgeWeights = field(default_factory=BridgeWeights)
     follow_ups: int = 5  # fan_out_search queries without grep (the tool allows at most 5)
-    question_follow_ups: int = 2  # of which at most this many for question entities
+    question_follow_ups: int = 4  # of which at most this many for question entities
     context_words: int = 5  # question words appended to a bridge-entity query
     curate_size: int = 5  # best reward of 3-6 on dev500: F2 falls faster than recall rises
     verify_size: int = 5

@@ -48,6 +48,15 @@ _LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
 # grep_corpus matches "title\ntext"; this suffix accepts "Title" and "Title (1945 film)".
 _TITLE_SUFFIX = r"(?: \([^)\n]*\))?\n"
 _TITLE_PREFIX = r"\A(?:The |A |An )?(?:"
+_CONNECTORS = frozenset({"of", "the", "and", "&", "de", "la", "for", "in", "on", "a"})
+_CAPITALISED_RUN = re.compile(
+    r"[A-Z0-9][\w'’.&-]*(?:\s+(?:(?:of|the|and|&|de|la|for|in|on|a)\s+)*[A-Z0-9][\w'’.&-]*)*"
+)
+# Capitalised only because they open the question or a clause.
+_SPAN_OPENERS = frozenset(
+    "what which who whom whose when where why how did does do was were is are the a an in "
+    "on at of for from by as and or if has have had can could would will".split()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +153,36 @@ def _links(
 
 
 def unseen_question_entities(state: HarnessState, question: str) -> list[Candidate]:
-    """Entities the question names whose article no shown document is titled after."""
-    return [c for c in question_entities(question) if titled_docs(state, c.key) == []]
+    """Entities the question names whose article no shown document is titled after.
+
+    Besides the evidence graph's names (two words or more), every capitalised span of the
+    question counts, one word included: comparison questions name their subjects bare
+    ("Which band formed earlier, Echosmith or Fireflight?"), and the subjects' articles
+    are what such a question needs.
+    """
+    found = {c.key: c for c in question_entities(question)}
+    for span in question_spans(question):
+        key = title_key(span)
+        found.setdefault(key, Candidate(key, span, 1.0, in_question=True))
+    return [c for c in found.values() if not titled_docs(state, c.key)]
+
+
+def question_spans(question: str) -> list[str]:
+    """Runs of capitalised words in the question, without the question words opening it."""
+    spans = []
+    for match in _CAPITALISED_RUN.finditer(question):
+        parts = match.group().split()
+        while parts and parts[0].lower() in _SPAN_OPENERS:
+            parts.pop(0)
+        while parts and parts[-1].lower() in _CONNECTORS:
+            parts.pop()
+        span = " ".join(parts).strip(" .,:;")
+        # "Local H and For Against" is two names as often as one ("Tom and Jerry").
+        pieces = [p.strip() for p in span.split(" and ")] if " and " in span else []
+        for piece in [span, *pieces]:
+            if len(piece) >= 3 and piece not in spans:
+                spans.append(piece)
+    return spans
 
 
 def titled_docs(state: HarnessState, key: str) -> list[str]:
