@@ -65,7 +65,7 @@ class BridgeWeights:
 
     cue_weight: float = 1.0  # per question term shared by the sentence naming the entity
     position_decay: float = 0.2  # the n-th entity a document names weighs 1/(1 + 0.2(n-1))
-    max_question_overlap: float = 0.5  # entities this much inside the question are not bridges
+    max_question_overlap: float = 0.75  # entities this much inside the question are not bridges
 
 
 def question_terms(question: str) -> frozenset[str]:
