@@ -64,7 +64,7 @@ class BridgeWeights:
     """How a frontier document's entities are ranked for the next lookup."""
 
     cue_weight: float = 1.0  # per question term shared by the sentence naming the entity
-    position_decay: float = 0.2  # the n-th entity a document names weighs 1/(1 + 0.2(n-1))
+    position_decay: float = 0.0  # the n-th entity named weighs 1/(1 + decay(n-1)); 0.2 did worse
     max_question_overlap: float = 0.75  # entities this much inside the question are not bridges
 
 
