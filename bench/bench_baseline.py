@@ -10,7 +10,7 @@ plays one baseline episode per question and reports:
 
 - the margins issue 17 asks for: curated recall minus BM25 recall at the same number of
   documents (`bm25_recall_same_k`), and trajectory recall minus BM25 recall at the same
-  number of shown documents (`bm25_recall_same_shown`), exactly as `eval` computes them;
+  number of shown documents (`bm25_recall_same_shown`), computed as `eval` computes them;
 - the policy's own time per turn (`act`), p50 and p95;
 - the harness's time per step (`step`, retrieval and grep scans included), p50 and p95,
   and the same for steps without a grep_corpus call.
@@ -22,7 +22,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,41 +30,30 @@ sys.path.insert(0, str(ROOT))
 from harness_app.harness.beir import beir_queries  # noqa: E402
 from harness_app.harness.env import SearchHarness  # noqa: E402
 from harness_app.harness.metrics import single_search_recall  # noqa: E402
-from harness_app.harness.policies.baseline import BaselinePolicy  # noqa: E402
+from harness_app.harness.policies import make_policy  # noqa: E402
 from harness_app.harness.retrieval import open_index  # noqa: E402
+from harness_app.harness.runner import run_episode  # noqa: E402
 from harness_app.harness.types import QuerySpec, Retriever  # noqa: E402
 
 COMPOSITIONAL = ROOT / "tests" / "fixtures" / "compositional"
 
 
-def play(env: SearchHarness, query: QuerySpec, timings: dict[str, list[float]]) -> None:
-    tools = [s["function"]["name"] for s in env.tool_schemas()]
-    policy = BaselinePolicy(tools=tools)
-    policy.reset(query.text)
-    observation = env.reset(query)
-    while not env.state.done:
-        started = time.perf_counter()
-        calls = policy.act(observation, env.state)
-        acted = time.perf_counter()
-        observation = env.step(calls)
-        stepped = time.perf_counter()
-        timings["act"].append(acted - started)
-        kind = "step_grep" if any(c.name == "grep_corpus" for c in calls) else "step_other"
-        timings[kind].append(stepped - acted)
-
-
 def report(name: str, retriever: Retriever, queries: list[QuerySpec]) -> None:
     env = SearchHarness(retriever)
+    tools = [s["function"]["name"] for s in env.tool_schemas()]
     timings: dict[str, list[float]] = {"act": [], "step_grep": [], "step_other": []}
     margins_k, margins_shown = [], []
     for query in queries:
-        play(env, query, timings)
-        state = env.state
-        relevant = query.relevant
-        curated = len(relevant & set(state.curated)) / len(relevant)
-        shown = len(relevant & set(state.shown)) / len(relevant)
-        margins_k.append(curated - single_search_recall(retriever, query, len(state.curated)).curated)
-        margins_shown.append(shown - single_search_recall(retriever, query, len(state.shown)).curated)
+        result = run_episode(env, make_policy("baseline", tools=tools), query)
+        metrics = result.metrics
+        same_k = single_search_recall(retriever, query, metrics.curated_count).curated
+        same_shown = single_search_recall(retriever, query, metrics.shown_count).curated
+        margins_k.append(metrics.curated_recall - same_k)
+        margins_shown.append(metrics.trajectory_recall - same_shown)
+        for turn in result.turns[1:]:  # turn 0 is the reset
+            timings["act"].append(turn.policy_seconds)
+            grep = any(c["name"] == "grep_corpus" for c in turn.tool_calls)
+            timings["step_grep" if grep else "step_other"].append(turn.env_seconds)
     print(f"{name} ({len(queries)} questions)")
     print(f"  curated recall - BM25 at the same k:         {statistics.fmean(margins_k):+.3f}")
     print(f"  trajectory recall - BM25 at the same shown:  {statistics.fmean(margins_shown):+.3f}")
@@ -76,9 +64,9 @@ def report(name: str, retriever: Retriever, queries: list[QuerySpec]) -> None:
         ("harness step, no grep", timings["step_other"]),
         ("harness step, grep", timings["step_grep"]),
     ):
-        if values:
+        if len(values) > 1:
             p50 = statistics.median(values) * 1000
-            p95 = statistics.quantiles(values, n=20)[-1] * 1000 if len(values) > 1 else p50
+            p95 = statistics.quantiles(values, n=20)[-1] * 1000
             print(f"  {label:<22} p50 {p50:7.2f} ms  p95 {p95:7.2f} ms  ({len(values)} turns)")
 
 

@@ -143,7 +143,9 @@ def test_baseline_follows_the_bridge_entity_to_the_answer(index):
 
 def test_without_grep_the_bridge_is_searched_for(index):
     env = SearchHarness(index)
-    tools = [s["function"]["name"] for s in env.tool_schemas() if s["function"]["name"] != "grep_corpus"]
+    tools = [
+        s["function"]["name"] for s in env.tool_schemas() if s["function"]["name"] != "grep_corpus"
+    ]
     result = run_episode(env, BaselinePolicy(tools=tools), QUESTION)
     fan_out = [s for s in env.state.searches if s.tool == "fan_out_search"]
     assert any("Miren Ostrova" in s.query for s in fan_out)

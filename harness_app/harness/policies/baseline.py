@@ -184,7 +184,8 @@ class BaselinePolicy:
         )
         # Entities whose article is already shown need no lookup, but still lead on.
         limit = cfg.lookups_per_round if self._round == 1 else cfg.later_lookups
-        chosen, lookups = [], []
+        chosen: list[Candidate] = []
+        lookups: list[Candidate] = []
         for candidate in [*named, *bridges]:
             if len(lookups) >= limit:
                 break

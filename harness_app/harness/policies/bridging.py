@@ -53,10 +53,11 @@ _CAPITALISED_RUN = re.compile(
     r"[A-Z0-9][\w'’.&-]*(?:\s+(?:(?:of|the|and|&|de|la|for|in|on|a)\s+)*[A-Z0-9][\w'’.&-]*)*"
 )
 # Capitalised only because they open the question or a clause.
-_SPAN_OPENERS = frozenset(
-    "what which who whom whose when where why how did does do was were is are the a an in "
-    "on at of for from by as and or if has have had can could would will".split()
-)
+_OPENER_TEXT = """
+what which who whom whose when where why how did does do was were is are the a an in on at
+of for from by as and or if has have had can could would will
+"""
+_SPAN_OPENERS = frozenset(_OPENER_TEXT.split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +140,7 @@ def _links(
         return []
     own = title_key(entry.title)
     text = full_texts.get(doc_id, entry.snippet)
-    links = []
+    links: list[tuple[str, str, float]] = []
     for key, label, kind in doc_entities(state, doc_id, full_texts):
         kind_weight = _KIND_WEIGHT.get(kind, 0.0)
         if kind_weight == 0 or key == own:
