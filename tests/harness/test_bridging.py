@@ -31,6 +31,7 @@ from harness_app.harness.policies.bridging import (
     unseen_question_entities,
 )
 from harness_app.harness.retrieval import BM25Index
+from harness_app.harness.runner import run_episode
 from harness_app.harness.text import analyze
 from harness_app.harness.types import Document, QuerySpec, ToolCall
 from tests.fixtures.compositional import generate
@@ -121,14 +122,26 @@ def test_question_entities_already_titled_are_not_looked_up_again(small_index):
 def test_baseline_walks_two_hops_to_the_founder(small_index):
     env = SearchHarness(small_index, config=HarnessConfig(search_k=1))
     tools = [s["function"]["name"] for s in env.tool_schemas()]
-    from harness_app.harness.runner import run_episode
-
     question = QuerySpec("q", QUESTION, qrels={"Lamp": 1, "Vell_Press": 2})
     result = run_episode(env, BaselinePolicy(tools=tools), question)
     assert "Vell_Press" in result.curated_ids
     assert result.metrics.format_errors == 0
     greps = [s for s in env.state.searches if s.tool == "grep_corpus"]
     assert greps and "Mentions" not in env.state.shown  # lookups show articles only
+
+
+def test_a_lookup_cut_short_by_the_grep_time_limit_is_scanned_once_more(small_index):
+    # With no time at all every scan stops before the first document: the baseline scans
+    # each pattern a second time, then carries on with what it has.
+    env = SearchHarness(small_index, config=HarnessConfig(search_k=1, grep_time_limit_s=0.0))
+    tools = [s["function"]["name"] for s in env.tool_schemas()]
+    question = QuerySpec("q", QUESTION, qrels={"Lamp": 1, "Vell_Press": 2})
+    result = run_episode(env, BaselinePolicy(tools=tools), question)
+    patterns = [s.query for s in env.state.searches if s.tool == "grep_corpus"]
+    assert patterns and all(patterns.count(p) == 2 for p in patterns)
+    assert result.termination_reason == "end_search"
+    assert result.metrics.format_errors == 0
+    assert "Lamp" in result.curated_ids
 
 
 # -- the compositional fixture -----------------------------------------------------------

@@ -66,6 +66,7 @@ from harness_app.harness.tools import (
 from harness_app.harness.types import Observation, ToolCall
 
 _WARNING = re.compile(r"WARNING (\d+)% of")
+_CUT_SHORT = re.compile(r"\((?:time limit|scan size limit) ")
 _TIGHT_BUDGET_PERCENT = 75
 
 
@@ -118,11 +119,21 @@ class BaselinePolicy:
         self._looked_up: list[Candidate] = []  # the last round's entities
         self._frontier_seen: set[str] = set()  # documents already mined as a frontier
         self._next_frontier: list[tuple[str, float]] = []
+        self._greps: dict[str, str] = {}  # call id -> pattern of the last turn's lookups
+        self._rescanned: set[str] = set()
 
     def act(self, observation: Observation, state: Any) -> list[ToolCall]:
+        calls = self._act(observation, state)
+        self._greps = {c.call_id: c.arguments["pattern"] for c in calls if c.name == GREP_CORPUS}
+        return calls
+
+    def _act(self, observation: Observation, state: Any) -> list[ToolCall]:
         self._remember_reads(observation)
         if self._phase not in ("search", "finish") and _budget_tight(observation):
             return _numbered(self._wrap_up(state))
+        rescans = self._cut_short_greps(observation)
+        if rescans:
+            return _numbered(rescans)
         handler = {
             "search": self._search,
             "expand": self._expand,
@@ -336,6 +347,24 @@ class BaselinePolicy:
             ):
                 tags[doc_id] = "low"
         return tags
+
+    def _cut_short_greps(self, observation: Observation) -> list[ToolCall]:
+        """The last turn's lookups whose scan stopped at a time or size limit, once each.
+
+        A busy machine can cut a scan short (grep.py reads the clock), and the documents
+        it would have shown then depend on machine speed. Scanning again keeps the shown
+        set the same as on an idle machine unless the second scan is cut short too.
+        """
+        patterns = []
+        for result in observation.tool_results:
+            pattern = self._greps.get(result.call_id)
+            header = result.content.partition("\n")[0]
+            if pattern is None or result.name != GREP_CORPUS or not _CUT_SHORT.search(header):
+                continue
+            if pattern not in self._rescanned:
+                self._rescanned.add(pattern)
+                patterns.append(pattern)
+        return [ToolCall(GREP_CORPUS, {"pattern": p}) for p in patterns]
 
     def _remember_reads(self, observation: Observation) -> None:
         # read_document answers "<id> [title]\n<full text>"; the text feeds entity mining
