@@ -124,7 +124,11 @@ class BaselinePolicy:
 
     def act(self, observation: Observation, state: Any) -> list[ToolCall]:
         calls = self._act(observation, state)
-        self._greps = {c.call_id: c.arguments["pattern"] for c in calls if c.name == GREP_CORPUS}
+        self._greps = {
+            c.call_id: str(c.arguments["pattern"])
+            for c in calls
+            if c.name == GREP_CORPUS and isinstance(c.arguments, dict)
+        }
         return calls
 
     def _act(self, observation: Observation, state: Any) -> list[ToolCall]:
