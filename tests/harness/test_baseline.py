@@ -135,8 +135,22 @@ def test_baseline_follows_the_bridge_entity_to_the_answer(index):
     assert result.metrics.final_answer_recall == 1.0
     k = result.metrics.curated_count
     assert result.metrics.curated_recall > single_search_recall(index, QUESTION, k).curated
+    # The bridge is looked up by title: the grep shows the composer's article alone.
+    greps = [s for s in env.state.searches if s.tool == "grep_corpus"]
+    assert any(s.hit_ids == ["Miren_Ostrova"] for s in greps)
+    assert result.metrics.shown_count < 12  # the question's 10 hits and the article
+
+
+def test_without_grep_the_bridge_is_searched_for(index):
+    env = SearchHarness(index)
+    tools = [
+        s["function"]["name"] for s in env.tool_schemas() if s["function"]["name"] != "grep_corpus"
+    ]
+    result = run_episode(env, BaselinePolicy(tools=tools), QUESTION)
     fan_out = [s for s in env.state.searches if s.tool == "fan_out_search"]
     assert any("Miren Ostrova" in s.query for s in fan_out)
+    assert result.metrics.final_answer_recall == 1.0
+    assert "grep_corpus" not in env.state.tool_counts
 
 
 def test_baseline_uses_six_tools_without_format_errors(index):
@@ -215,7 +229,8 @@ def test_document_hidden_as_near_duplicate_is_read_back_and_ranked(tmp_path):
     opera = CORPUS[0]
     mirror = Document("Glass_Harbour_mirror", "Glass Harbour (mirror)", opera.text + " Mirror.")
     index = BM25Index.build((*CORPUS, mirror), tmp_path / "index")
-    env, result = play(index)
+    # The mirror ranks 11th for the question, just past the default 10 hits.
+    env, result = play(index, search_k=12)
     hidden = set(env.state.suppressed)
     assert hidden & {"Glass_Harbour_opera", "Glass_Harbour_mirror"}
     calls = [c for t in result.turns for c in t.tool_calls]

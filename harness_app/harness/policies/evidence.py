@@ -181,8 +181,10 @@ class RankWeights:
 
     question_search: float = 1.0
     follow_up_search: float = 0.2  # follow-up hits are mostly noise unless titled (below)
-    entity_title: float = 0.5  # the doc is the article of a bridge entity
-    question_title: float = 0.4  # the doc is the article of an entity the question names
+    entity_title: float = (
+        1.0  # the doc is the article of a bridge entity (0.5 before hop-by-hop bridging)
+    )
+    question_title: float = 1.0  # the doc is the article of an entity the question names (0.4)
     rank_offset: float = 3.0  # 1/(rank + 3): flatter than 1/rank, so rank 2-4 still count
 
 
