@@ -290,6 +290,12 @@ class ModelCall(models.Model):
     # non-trainable.
     agent = models.CharField(max_length=16, blank=True)
     aborted = models.BooleanField(default=False)
+    # The chat messages a token-in prompt was rendered from (its request holds only ids):
+    # what the viewer shows as the prompt the model saw. Empty when `request` has them.
+    prompt_messages = models.JSONField(default=list, blank=True)
+    # The prompt was rebuilt from scratch (the rerender context mode), so the call is a
+    # training sequence of its own rather than an extension of the previous call.
+    rerendered = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -319,7 +325,15 @@ class ModelCall(models.Model):
             self.completion_logprobs,
             self.policy_version,
             self.agent,
+            self.rerendered,
         )
+
+    @property
+    def prompt_chat(self) -> list[dict[str, Any]]:
+        """The messages the prompt was rendered from: the chat request's, or those stored
+        beside a token-in request."""
+        messages = self.request.get("messages") if isinstance(self.request, dict) else None
+        return list(messages or self.prompt_messages or [])
 
     def token_fields(self) -> dict[str, Any]:
         return {
