@@ -29,7 +29,8 @@ counts it.
 Token records are the prefix-merged training sequences of the recorded calls
 (`harness.llm.reconstruct`): input_ids, labels (-100 where not sampled) and attention_mask;
 a chain break starts another record. A rerender episode's calls are one record each, and
-those breaks are by design: the manifest says "tokens", not "tokens_with_breaks". Baseline episodes have no tokens and are skipped.
+those breaks are by design: the manifest says "tokens", not "tokens_with_breaks". Baseline
+episodes have no tokens and are skipped.
 """
 
 from __future__ import annotations

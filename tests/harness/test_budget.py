@@ -133,7 +133,7 @@ def test_in_rerender_mode_the_env_counts_nothing_and_never_ends_on_context():
 
 
 def test_a_bad_context_mode_names_the_field():
-    with pytest.raises(ValueError, match="HarnessConfig.context_mode must be one of append"):
+    with pytest.raises(ValueError, match=r"HarnessConfig\.context_mode must be one of append"):
         HarnessConfig(context_mode="rolling")
 
 

@@ -86,7 +86,7 @@ def test_the_marker_states_the_prompt_length_in_real_tokens():
         used, limit = map(int, MARKER.search(tool["content"]).groups())
         assert (used, limit) == (len(seen[index]["prompt"]), 4000)
     # An older turn keeps the marker it was shown with.
-    older = [m for m in prompt_of(policy, 3) if m["role"] == "tool"][0]
+    older = next(m for m in prompt_of(policy, 3) if m["role"] == "tool")
     assert MARKER.search(older["content"]).group(1) == str(len(seen[1]["prompt"]))
 
 
@@ -209,3 +209,27 @@ def test_bad_context_settings_name_the_field():
         ChatPolicyConfig(context_mode="rolling")
     with pytest.raises(ValueError, match="context_limit must be a positive token count"):
         ChatPolicyConfig(context_limit=0)
+
+
+def test_the_env_token_counter_is_the_servers_tokenizer_with_the_estimate_as_fallback():
+    import httpx
+
+    bodies = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={"count": 3, "tokens": [5, 6, 7]})
+
+    client = ChatClient("http://vllm.test/v1", "m", transport=httpx.MockTransport(handler))
+    counter = ChatPolicy(client, TOOLS, ChatPolicyConfig()).token_counter()
+    assert counter is not None and counter("hello there") == 3
+    assert bodies == [{"model": "m", "prompt": "hello there", "add_special_tokens": False}]
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    client = ChatClient("http://vllm.test/v1", "m", transport=httpx.MockTransport(down))
+    counter = ChatPolicy(client, TOOLS, ChatPolicyConfig()).token_counter()
+    assert counter is not None and counter("x" * 10) == 3  # ceil(10 / 4)
+    chat = ChatPolicy(client, TOOLS, ChatPolicyConfig(token_in=False))
+    assert chat.token_counter() is None  # plain chat completions: maybe no /tokenize

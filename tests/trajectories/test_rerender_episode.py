@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -109,10 +110,11 @@ def test_sft_exports_one_record_per_call(played, researcher):
     for fmt in ("chat", "tokens"):
         export = sft_export_run(export_id=sft_export_create(fmt=fmt, enqueue=False).pk)
         assert export is not None and export.records == len(calls), export and export.error
-        lines = [json.loads(x) for x in open(export.file_path).read().splitlines()]
+        lines = [json.loads(x) for x in Path(export.file_path).read_text().splitlines()]
         if fmt == "chat":
             assert lines[4]["messages"][:-1] == calls[4].prompt_messages
             assert "step 5." in lines[4]["messages"][-1]["content"]
         else:
-            assert lines[4]["input_ids"] == calls[4].prompt_token_ids + calls[4].completion_token_ids
+            call = calls[4]
+            assert lines[4]["input_ids"] == call.prompt_token_ids + call.completion_token_ids
         assert "tokens_with_breaks" not in json.dumps(export.manifest)

@@ -49,6 +49,7 @@ from harness_app.harness.budget import (
     RERENDER_CONTEXT_LIMIT,
     TokenCounter,
     context_marker,
+    estimate_tokens,
 )
 from harness_app.harness.llm import context
 from harness_app.harness.llm.client import ChatClient, ModelCallError, ModelCallRecord, Sampling
@@ -191,10 +192,19 @@ class ChatPolicy:
     def token_counter(self) -> TokenCounter | None:
         """The policy model's tokenizer as the env's token counter, where the server has one:
         always on the token-in path and in rerender mode (both need /tokenize); None for
-        plain chat completions in append mode (a server that may have no /tokenize)."""
+        plain chat completions in append mode (a server that may have no /tokenize). The
+        env ignores it in rerender mode, where the policy counts its own prompt."""
         if self.config.token_in or self.rerender:
-            return self.client.count_tokens
+            return self._count_tokens
         return None
+
+    def _count_tokens(self, text: str) -> int:
+        # A server that cannot count cannot sample either: the estimate stands in for this
+        # text, and the policy's own next call ends the episode with the server's reason.
+        try:
+            return self.client.count_tokens(text)
+        except ModelCallError:
+            return estimate_tokens(text)
 
     # -- Policy protocol -------------------------------------------------------------
     def reset(self, query_text: str) -> None:
