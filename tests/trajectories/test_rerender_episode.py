@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from harness_app.harness.budget import CONTEXT_MODES
 from harness_app.models import ContextMode, PolicyConfig, PolicyKind
 from tests.fakes.openai_server import FakeOpenAIServer, render
 from training.rl.batches import build_sequences
@@ -118,3 +119,21 @@ def test_sft_exports_one_record_per_call(played, researcher):
             call = calls[4]
             assert lines[4]["input_ids"] == call.prompt_token_ids + call.completion_token_ids
         assert "tokens_with_breaks" not in json.dumps(export.manifest)
+
+
+def test_the_api_sets_the_context_mode_and_limit_with_their_choices(researcher_api):
+    body = {"name": "h1", "kind": "openai", "model": "m", "context_mode": "rerender"}
+    response = researcher_api.post("/api/policies/", {**body, "context_limit": 2048}, format="json")
+    assert response.status_code == 201, response.json()
+    assert (response.json()["context_mode"], response.json()["context_limit"]) == ("rerender", 2048)
+    bad = researcher_api.post(
+        "/api/policies/", {**body, "name": "h2", "context_mode": "rolling"}, format="json"
+    )
+    assert bad.status_code == 400 and bad.json()["context_mode"] == [
+        '"rolling" is not a valid choice.'
+    ]
+    zero = researcher_api.post(
+        "/api/policies/", {**body, "name": "h3", "context_limit": 0}, format="json"
+    )
+    assert zero.status_code == 400 and "context_limit" in zero.json()
+    assert set(ContextMode.values) == set(CONTEXT_MODES)

@@ -354,9 +354,12 @@ class ChatPolicy:
         limit = self.config.limit
         view, step, applied = context.View(), 0, []
         while True:
-            messages, ids, marker = self._counted(view)
+            # One render per narrowing step; the marker is settled only once it fits.
+            messages, ids, marker = self._counted(view, renders=1)
             if len(ids) <= limit:
-                break
+                messages, ids, marker = self._counted(view)
+                if len(ids) <= limit:
+                    break
             narrower = None
             while narrower is None and step < len(context.PASSES):
                 narrower = context.narrower(view, context.PASSES[step], len(self._entries))
@@ -376,13 +379,15 @@ class ChatPolicy:
             self._entries[-1].marker = marker
         return messages, ids
 
-    def _counted(self, view: context.View) -> tuple[list[dict[str, Any]], list[int], str]:
+    def _counted(
+        self, view: context.View, renders: int = 3
+    ) -> tuple[list[dict[str, Any]], list[int], str]:
         """Render under `view` with a marker stating the prompt's own length: start from the
-        last prompt's length and re-render until the number written is the one counted (a
-        digit more or less can move the count; at most three renders)."""
+        last count and re-render until the number written is the one counted (a digit more
+        or less can move the count; at most `renders` renders)."""
         tools = self._rendered_tools()
         used = self._marked
-        for _ in range(3):
+        for _ in range(renders):
             marker = context_marker(used, self.config.limit)
             messages, _ = context.render(
                 head=self._head(),
