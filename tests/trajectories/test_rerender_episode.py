@@ -78,6 +78,8 @@ def test_the_viewer_shows_a_later_turns_rerendered_prompt(researcher_client, pla
     assert "WORKINGMEMORY as of turn 0" not in page
     detail = researcher_client.get(f"/episodes/{episode.pk}/").content.decode()
     assert f"/episodes/{episode.pk}/turns/7/prompt/" in detail
+    size = ModelCall.objects.get(episode=episode, turn_index=7).usage["prompt_tokens"]
+    assert f"next prompt {size} tokens (rebuilt by the policy)" in detail
 
 
 def test_each_call_is_its_own_sequence_and_no_break_is_reported(played):
