@@ -11,7 +11,7 @@ SFTTrainer takes ({"messages": [...], "tools": [...]}):
   each is a conversation some agent really had.
 - An LLM episode played in the `rerender` context mode (every prompt rebuilt from the
   state, so no call's prompt holds the one before): one record per successful call, the
-  messages its prompt was rendered from (`ModelCall.prompt_chat`) plus its reply.
+  messages its prompt was rendered from (`ModelCall.own_prompt_messages`) plus its reply.
 - An LLM episode sent token-in (the default; its requests hold token ids, not messages),
   and a baseline episode (no model calls): rebuilt from the Turn rows the way
   `harness.llm.chat_policy.ChatPolicy` builds its conversation: the system prompt (or the
@@ -130,7 +130,8 @@ def _replies_load(rows: dict[int, EpisodeRows]) -> None:
         for call in ModelCall.objects.filter(pk__in=rerendered).order_by("pk"):
             tools = call.request.get("tools") or []
             reply = _assistant(call.response)
-            rows[call.episode_id].per_call.append((call.prompt_chat, reply, tools))
+            prompt = call.own_prompt_messages or []
+            rows[call.episode_id].per_call.append((prompt, reply, tools))
     requests = ModelCall.objects.filter(pk__in=last.values()).values_list("episode_id", "request")
     for episode_id, request in requests:
         rows[episode_id].last_request = request

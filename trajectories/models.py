@@ -290,8 +290,10 @@ class ModelCall(models.Model):
     # non-trainable.
     agent = models.CharField(max_length=16, blank=True)
     aborted = models.BooleanField(default=False)
-    # The chat messages a token-in prompt was rendered from (its request holds only ids):
-    # what the viewer shows as the prompt the model saw. Empty when `request` has them.
+    # The chat messages a token-in prompt (its request holds only ids) was rendered from:
+    # the whole prompt when `rerendered`, else the messages added since the episode's
+    # previous call (append mode: the prompt is the concatenation of the episode's calls up
+    # to this one, `trajectories.selectors.calls.turn_prompts`). Empty for a chat request.
     prompt_messages = models.JSONField(default=list, blank=True)
     # The prompt was rebuilt from scratch (the rerender context mode), so the call is a
     # training sequence of its own rather than an extension of the previous call.
@@ -329,11 +331,13 @@ class ModelCall(models.Model):
         )
 
     @property
-    def prompt_chat(self) -> list[dict[str, Any]]:
-        """The messages the prompt was rendered from: the chat request's, or those stored
-        beside a token-in request."""
+    def own_prompt_messages(self) -> list[dict[str, Any]] | None:
+        """The whole prompt as messages when this call alone holds it (a chat request, or a
+        rerendered prompt); None for an append-mode token-in call, which holds a part."""
         messages = self.request.get("messages") if isinstance(self.request, dict) else None
-        return list(messages or self.prompt_messages or [])
+        if messages is not None:
+            return list(messages)
+        return list(self.prompt_messages) if self.rerendered else None
 
     def token_fields(self) -> dict[str, Any]:
         return {

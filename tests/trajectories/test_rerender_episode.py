@@ -139,3 +139,26 @@ def test_the_api_sets_the_context_mode_and_limit_with_their_choices(researcher_a
     )
     assert zero.status_code == 400 and "context_limit" in zero.json()
     assert set(ContextMode.values) == set(CONTEXT_MODES)
+
+
+def test_an_append_episodes_prompt_page_shows_the_whole_conversation(
+    researcher_client, demo_benchmark
+):
+    with FakeOpenAIServer(reply=_reply) as fake:
+        policy = PolicyConfig.objects.create(
+            name="append", kind=PolicyKind.OPENAI, base_url=fake.base_url, model="m"
+        )
+        batch = batch_create(benchmark=demo_benchmark, policy=policy, query_limit=1, max_turns=4)
+        episode = batch.episodes.get()
+        episode_run(episode_id=episode.pk)
+    calls = list(ModelCall.objects.filter(episode=episode).order_by("pk"))
+    # Each call stores only the messages new since the previous one...
+    assert calls[1].prompt_messages[0]["role"] == "assistant"
+    assert "lamp probe1" in calls[1].prompt_messages[0]["content"]
+    # ...and the page shows them all, exactly what the ids were rendered from.
+    whole = calls[0].prompt_messages + calls[1].prompt_messages + calls[2].prompt_messages
+    assert render(whole) == calls[2].prompt_token_ids
+    page = researcher_client.get(f"/episodes/{episode.pk}/turns/2/prompt/").content.decode()
+    assert "You are a search agent" in page and "step 1." in page and "step 2." in page
+    assert "step 3." not in page  # the reply to this very prompt
+    assert "rerender" not in page

@@ -72,20 +72,32 @@ class CallPrompt:
 def turn_prompts(*, episode: Episode, turn_index: int) -> list[CallPrompt]:
     """The exact prompt of each model call made in answer to turn `turn_index`.
 
-    A chat request holds its messages; a token-in request holds ids, and the policy stores
-    the messages it rendered them from beside it (`ModelCall.prompt_messages`)."""
-    calls = ModelCall.objects.filter(episode=episode, turn_index=turn_index).defer(
-        "completion_token_ids_blob", "completion_logprobs_blob"
+    A chat request holds its messages, and a rerendered token-in call stores its own; an
+    append-mode token-in call stores only the messages added since the episode's previous
+    call, so its prompt is the concatenation of those parts up to it (two queries)."""
+    calls = list(
+        ModelCall.objects.filter(episode=episode, turn_index=turn_index)
+        .defer("completion_token_ids_blob", "completion_logprobs_blob")
+        .order_by("pk")
     )
+    parts: list[tuple[int, list[dict[str, Any]]]] = []
+    if calls and any(c.own_prompt_messages is None for c in calls):
+        earlier = ModelCall.objects.filter(
+            episode=episode, pk__lte=calls[-1].pk, rerendered=False
+        ).order_by("pk")
+        parts = [(pk, messages) for pk, messages in earlier.values_list("pk", "prompt_messages")]
     out = []
-    for call in calls.order_by("pk"):
+    for call in calls:
+        messages = call.own_prompt_messages
+        if messages is None:
+            messages = [m for pk, part in parts if pk <= call.pk for m in part]
         counted = call.usage.get("prompt_tokens") if call.usage else None
         if counted is None and call.prompt_token_ids_blob:
             counted = len(call.prompt_token_ids)
         out.append(
             CallPrompt(
                 pk=call.pk,
-                messages=[_shown(m) for m in call.prompt_chat],
+                messages=[_shown(m) for m in messages],
                 prompt_tokens=counted,
                 token_in="prompt" in call.request,
                 rerendered=call.rerendered,

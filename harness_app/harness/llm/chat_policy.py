@@ -178,6 +178,7 @@ class ChatPolicy:
         self._stopped = False  # whether that reply ended on its end-of-turn token
         self._closing: list[int] | None = None  # template tokens after an assistant reply
         self._prompt_messages: list[dict[str, Any]] = []  # what the next request renders
+        self._recorded_upto = 0  # append mode: messages already noted on a recorded call
         # rerender mode: the question, every WORKINGMEMORY by turn, the past turns
         self._question = ""
         self._snapshots: dict[int, str] = {}
@@ -215,6 +216,7 @@ class ChatPolicy:
         self._question, self._snapshots, self._entries = query_text, {}, []
         self._marked = 0
         self.truncations = []
+        self._recorded_upto = 0
 
     def act(self, observation: Observation, state: Any) -> list[ToolCall]:
         if self.rerender:
@@ -434,9 +436,17 @@ class ChatPolicy:
         return self._describe(record)
 
     def _describe(self, record: ModelCallRecord) -> ModelCallRecord:
-        if "messages" not in record.request:
-            record.prompt_messages = self._prompt_messages
+        """Note what a token-in prompt was rendered from: a rebuilt prompt's messages whole;
+        in append mode only those added since the previous recorded call (the prompt is the
+        concatenation up to this call), so an episode stores each message once."""
         record.rerendered = self.rerender
+        if "messages" in record.request:
+            return record
+        if self.rerender:
+            record.prompt_messages = self._prompt_messages
+        else:
+            record.prompt_messages = self._prompt_messages[self._recorded_upto :]
+            self._recorded_upto = len(self._prompt_messages)
         return record
 
     # -- replies into actions --------------------------------------------------------

@@ -43,8 +43,10 @@ class ModelCallRecord:
     latency_ms: float = 0.0
     policy_version: str = ""
     error: str = ""
-    # The chat messages the prompt was rendered from, when the request does not carry them
-    # (a token-in request holds ids only): what the episode viewer shows as the prompt.
+    # The chat messages a token-in prompt (ids only in the request) was rendered from: the
+    # whole prompt when `rerendered`, else those added since the previous recorded call of
+    # the episode (append mode: the prompt is the concatenation up to this call). Empty for
+    # a chat request, which carries its messages. What the viewer shows as the prompt.
     prompt_messages: list[dict[str, Any]] = field(default_factory=list)
     # True when the prompt was rebuilt from scratch (rerender mode) rather than extending
     # the previous call: reconstruction then gives the call its own training sequence.
