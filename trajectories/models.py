@@ -290,13 +290,10 @@ class ModelCall(models.Model):
     # non-trainable.
     agent = models.CharField(max_length=16, blank=True)
     aborted = models.BooleanField(default=False)
-    # The chat messages a token-in prompt (its request holds only ids) was rendered from:
-    # the whole prompt when `rerendered`, else the messages added since the episode's
-    # previous call (append mode: the prompt is the concatenation of the episode's calls up
-    # to this one, `trajectories.selectors.calls.turn_prompts`). Empty for a chat request.
+    # What a token-in prompt was rendered from: all of it when `rerendered` (the prompt was
+    # rebuilt, so the call is a training sequence of its own), else the messages new since
+    # the previous call (selectors.calls.turn_prompts joins them). Empty for chat requests.
     prompt_messages = models.JSONField(default=list, blank=True)
-    # The prompt was rebuilt from scratch (the rerender context mode), so the call is a
-    # training sequence of its own rather than an extension of the previous call.
     rerendered = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -332,8 +329,7 @@ class ModelCall(models.Model):
 
     @property
     def own_prompt_messages(self) -> list[dict[str, Any]] | None:
-        """The whole prompt as messages when this call alone holds it (a chat request, or a
-        rerendered prompt); None for an append-mode token-in call, which holds a part."""
+        """The whole prompt when this call alone holds it (chat or rerendered), else None."""
         messages = self.request.get("messages") if isinstance(self.request, dict) else None
         if messages is not None:
             return list(messages)
