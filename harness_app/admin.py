@@ -69,5 +69,13 @@ class ImportJobAdmin(ReadOnlyAdmin):
 @admin.register(PolicyConfig)
 class PolicyConfigAdmin(StaffViewMixin, admin.ModelAdmin):
     # Staff may look; adding or editing a config still needs Django's permissions.
-    list_display = ("name", "kind", "model", "base_url", "tool_call_format", "created")
+    list_display = (
+        "name",
+        "kind",
+        "model",
+        "base_url",
+        "tool_call_format",
+        "context_mode",
+        "created",
+    )
     list_filter = ("kind",)

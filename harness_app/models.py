@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
@@ -235,6 +236,13 @@ class ToolParser(models.TextChoices):
     MISTRAL = "mistral", "Mistral"
 
 
+class ContextMode(models.TextChoices):
+    """How the chat policy builds each prompt (harness_app/harness/llm/chat_policy.py)."""
+
+    APPEND = "append", "Append-only conversation"
+    RERENDER = "rerender", "Re-rendered each turn (Harness-1)"
+
+
 class PolicyConfig(models.Model):
     name = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=16, choices=PolicyKind.choices)
@@ -248,6 +256,13 @@ class PolicyConfig(models.Model):
     )
     tool_parser = models.CharField(
         max_length=16, choices=ToolParser.choices, default=ToolParser.HERMES
+    )
+    context_mode = models.CharField(
+        max_length=16, choices=ContextMode.choices, default=ContextMode.APPEND
+    )
+    # The prompt cap in real tokens; empty: 30,720 in rerender mode, 32,768 in append mode.
+    context_limit = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
     )
     created = models.DateTimeField(auto_now_add=True)
 

@@ -111,6 +111,8 @@ class PolicyConfigSerializer(serializers.ModelSerializer[PolicyConfig]):
             "system_prompt_version",
             "tool_call_format",
             "tool_parser",
+            "context_mode",
+            "context_limit",
             "created",
         ]
         read_only_fields = ["id", "created"]

@@ -9,6 +9,9 @@ SFTTrainer takes ({"messages": [...], "tools": [...]}):
   of `reconstruct_by_agent`, the chain's last call's request messages plus its reply. A
   session whose agent started subagents or compacted its context has several chains, and
   each is a conversation some agent really had.
+- An LLM episode played in the `rerender` context mode (every prompt rebuilt from the
+  state, so no call's prompt holds the one before): one record per successful call, the
+  messages its prompt was rendered from (`ModelCall.own_prompt_messages`) plus its reply.
 - An LLM episode sent token-in (the default; its requests hold token ids, not messages),
   and a baseline episode (no model calls): rebuilt from the Turn rows the way
   `harness.llm.chat_policy.ChatPolicy` builds its conversation: the system prompt (or the
@@ -25,7 +28,9 @@ counts it.
 
 Token records are the prefix-merged training sequences of the recorded calls
 (`harness.llm.reconstruct`): input_ids, labels (-100 where not sampled) and attention_mask;
-a chain break starts another record. Baseline episodes have no tokens and are skipped.
+a chain break starts another record. A rerender episode's calls are one record each, and
+those breaks are by design: the manifest says "tokens", not "tokens_with_breaks". Baseline
+episodes have no tokens and are skipped.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from harness_app.harness.ablation import Ablation
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
 from harness_app.harness.llm.reconstruct import (
+    EXPECTED_BREAKS,
     CallTokens,
     reconstruct_by_agent,
     reconstruct_prefix_merged,
@@ -69,6 +75,11 @@ class EpisodeRows:
     # A recorded episode's chains, in reconstruct_by_agent's order: the last call's
     # request and its reply.
     chain_ends: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    # A rerender episode's calls: the messages each prompt was rendered from, the reply and
+    # the tools of a chat request.
+    per_call: list[tuple[list[dict[str, Any]], dict[str, Any], list[Any]]] = field(
+        default_factory=list
+    )
 
 
 @dataclass
@@ -107,11 +118,20 @@ def _successful_calls(rows: dict[int, EpisodeRows]) -> Any:
 
 def _replies_load(rows: dict[int, EpisodeRows]) -> None:
     last: dict[int, int] = {}
-    for pk, episode_id, turn_index, response in _successful_calls(rows).values_list(
-        "pk", "episode_id", "turn_index", "response"
+    rerendered: list[int] = []
+    for pk, episode_id, turn_index, response, rebuilt in _successful_calls(rows).values_list(
+        "pk", "episode_id", "turn_index", "response", "rerendered"
     ):
         rows[episode_id].replies[turn_index] = _assistant(response)
         last[episode_id] = pk
+        if rebuilt:
+            rerendered.append(pk)
+    if rerendered:
+        for call in ModelCall.objects.filter(pk__in=rerendered).order_by("pk"):
+            tools = call.request.get("tools") or []
+            reply = _assistant(call.response)
+            prompt = call.own_prompt_messages or []
+            rows[call.episode_id].per_call.append((prompt, reply, tools))
     requests = ModelCall.objects.filter(pk__in=last.values()).values_list("episode_id", "request")
     for episode_id, request in requests:
         rows[episode_id].last_request = request
@@ -181,6 +201,14 @@ def system_message(version: str, fmt: str, tools: list[dict[str, Any]]) -> dict[
 def chat_render(rows: EpisodeRows, tools: list[dict[str, Any]]) -> Rendered:
     if rows.episode.is_recorded:
         return _recorded_render(rows)
+    if rows.per_call:
+        fmt = rows.episode.rollout_parts()[0].policy.tool_call_format
+        offered = tools if fmt == ToolCallFormat.OPENAI_TOOLS else []
+        records = [
+            {"messages": [*prompt, reply], "tools": chat_tools or offered}
+            for prompt, reply, chat_tools in rows.per_call
+        ]
+        return Rendered(records, "rerendered_per_call")
     request = rows.last_request
     if request is not None and "messages" in request:
         last = max(rows.replies)
@@ -327,7 +355,8 @@ def tokens_render(rows: EpisodeRows) -> Rendered:
         for s in segments
         if s.sampled_tokens
     ]
-    return Rendered(records, "tokens_with_breaks" if breaks else "tokens")
+    unexpected = [b for b in breaks if b.reason not in EXPECTED_BREAKS]
+    return Rendered(records, "tokens_with_breaks" if unexpected else "tokens")
 
 
 def records_render(rows: Iterable[EpisodeRows], *, fmt: str) -> Iterator[tuple[Episode, Rendered]]:

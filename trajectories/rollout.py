@@ -23,7 +23,7 @@ from harness_app.harness.reward import RewardWeights
 from harness_app.harness.runner import iter_episode
 from harness_app.harness.state import HarnessStateJson
 from harness_app.harness.types import QuerySpec
-from harness_app.models import PolicyConfig, PolicyKind, Query
+from harness_app.models import ContextMode, PolicyConfig, PolicyKind, Query
 from trajectories.models import Episode, RolloutBatch
 from trajectories.services import rollouts
 
@@ -43,6 +43,18 @@ def model_server_api_key(base_url: str) -> str:
     if base_url.rstrip("/") == settings.VLLM_BASE_URL.rstrip("/"):
         return str(settings.VLLM_API_KEY)
     return ""
+
+
+def harness_config(config: PolicyConfig, batch: RolloutBatch) -> HarnessConfig:
+    """The episode's harness settings. An LLM policy's context mode and limit decide who
+    counts the context (budget.py); the baseline keeps the env's append-mode estimate."""
+    if config.kind == PolicyKind.BASELINE:
+        return HarnessConfig(max_turns=batch.max_turns)
+    if config.context_mode == ContextMode.RERENDER:
+        return HarnessConfig(max_turns=batch.max_turns, context_mode="rerender")
+    if config.context_limit:
+        return HarnessConfig(max_turns=batch.max_turns, context_token_limit=config.context_limit)
+    return HarnessConfig(max_turns=batch.max_turns)
 
 
 def policy_build(
@@ -69,6 +81,8 @@ def policy_build(
         termination_policy=batch.termination_policy,
         sampling=Sampling.from_json(config.sampling),
         retries=settings.VLLM_RETRIES,
+        context_mode=config.context_mode,
+        context_limit=config.context_limit,
     )
     return ChatPolicy(client, tools, chat_config, prefix_messages=prefix_messages)
 
@@ -102,10 +116,13 @@ def _play(claim: rollouts.Claim) -> str:
     retriever = corpus_retriever(batch.benchmark.corpus)
     env = SearchHarness(
         retriever,
-        config=HarnessConfig(max_turns=batch.max_turns),
+        config=harness_config(batch.policy, batch),
         ablation=Ablation.from_json(batch.ablation),
     )
     policy = policy_build(batch.policy, batch, env.tool_schemas(), group.prefix_messages)
+    if isinstance(policy, ChatPolicy):
+        # The budget in real tokens: the policy model's tokenizer counts the context.
+        env.set_token_counter(policy.token_counter())
     setup_s = time.perf_counter() - started
     run = iter_episode(
         env,

@@ -22,6 +22,9 @@ urlpatterns = [
     path(
         "episodes/<int:pk>/turns/<int:turn>/tokens/", episodes.episode_tokens, name="episode_tokens"
     ),
+    path(
+        "episodes/<int:pk>/turns/<int:turn>/prompt/", episodes.episode_prompt, name="episode_prompt"
+    ),
     path("groups/<int:pk>/", episodes.group_detail, name="group_detail"),
     path("compare/", episodes.compare, name="compare"),
     path("batches/new/", batches.batch_launch, name="batch_launch"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from harness_app.harness.budget import WARNING_LEVELS
+from harness_app.harness.budget import CONTEXT_MODES, WARNING_LEVELS
 from harness_app.harness.tools import ToolLimits
 
 
@@ -47,6 +47,10 @@ class HarnessConfig:
     # False when the policy keeps only the latest WORKINGMEMORY in its prompt (dropping the
     # earlier ones), so the context estimate counts one WM instead of every turn's.
     wm_in_history: bool = True
+    # "append": the env counts the growing context and ends the episode at
+    # context_token_limit. "rerender": the policy rebuilds every prompt and owns its budget;
+    # the env counts nothing and never ends on context (budget.py).
+    context_mode: str = "append"
 
     # -- Harness-1 protocol switches (issue 17). Each default follows the reference; the
     # other value restores the workbench's earlier behaviour. docs/harness.md has the table.
@@ -70,6 +74,11 @@ class HarnessConfig:
             value = getattr(self, f.name)
             if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
                 raise ValueError(f"HarnessConfig.{f.name} must be >= 0, got {value!r}")
+        if self.context_mode not in CONTEXT_MODES:
+            raise ValueError(
+                f"HarnessConfig.context_mode must be one of {', '.join(CONTEXT_MODES)}, "
+                f"got {self.context_mode!r}"
+            )
         for name in ("max_turns", "context_token_limit", "search_k", "max_calls_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"HarnessConfig.{name} must be >= 1")

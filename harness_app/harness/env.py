@@ -9,8 +9,11 @@ errors. After `max_format_error_turns` consecutive turns in which every call fai
 episode ends with termination_reason "format_errors".
 
 Episodes end on end_search ("end_search"), after `max_turns` counted turns ("max_turns"),
-or when the accumulated context-token estimate passes `context_token_limit`
-("context_budget"); see budget.py for how tokens are estimated.
+or, in the `append` context mode, when the accumulated context tokens pass
+`context_token_limit` ("context_budget"). Tokens are counted by the env's token counter:
+the policy model's tokenizer when an LLM rollout sets one (`set_token_counter`), else the
+chars/4 estimate (budget.py). In the `rerender` mode the policy owns its context and the
+env counts nothing.
 
 What counts as a turn (`state.turns_used`, which drives `max_turns`, the budget marker and
 the reward's turn penalty): a step in which at least one call other than end_search ran,
@@ -30,7 +33,7 @@ import json
 from typing import Any
 
 from harness_app.harness.ablation import Ablation
-from harness_app.harness.budget import estimate_tokens
+from harness_app.harness.budget import TokenCounter, estimate_tokens
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.dedup import DedupIndex
 from harness_app.harness.grep import PatternError
@@ -59,6 +62,7 @@ class SearchHarness:
         config: HarnessConfig | None = None,
         ablation: Ablation | None = None,
         verifier: Verifier | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         self.retriever = retriever
         self.config = config or HarnessConfig()
@@ -75,6 +79,17 @@ class SearchHarness:
         self._state: HarnessState | None = None
         self._runner: ToolRunner | None = None
         self._acted = False  # a call other than end_search ran in this step
+        self._count: TokenCounter = estimate_tokens
+        self._exact: bool | None = None if self.config.context_mode == "rerender" else False
+        self.set_token_counter(token_counter)
+
+    def set_token_counter(self, counter: TokenCounter | None) -> None:
+        """Count context tokens with `counter` (the policy model's tokenizer), or with the
+        chars/4 estimate when None. Ignored in rerender mode, where nothing is counted."""
+        if self._exact is None:
+            return
+        self._count = counter or estimate_tokens
+        self._exact = counter is not None
 
     @property
     def state(self) -> HarnessState:
@@ -88,7 +103,8 @@ class SearchHarness:
     def reset(self, query: QuerySpec) -> Observation:
         self._start(HarnessState(query_id=query.query_id, question=query.text))
         working_memory = self._render()
-        self.state.tokens_used = self.state.wm_tokens = estimate_tokens(working_memory)
+        if self._exact is not None:
+            self.state.tokens_used = self.state.wm_tokens = self._count(working_memory)
         return Observation(
             turn=0, text=working_memory, tool_results=[], working_memory=working_memory
         )
@@ -137,8 +153,7 @@ class SearchHarness:
         if self._acted or self.config.count_every_step:
             state.turns_used += 1
         self._check_limits()
-        action_tokens = sum(_action_tokens(call) for call in calls)
-        observation = self._observe(results, action_tokens)
+        observation = self._observe(results, calls)
         observation.info.update(
             new_shown=list(runner.new_shown),
             curation_events=[_event_json(e) for e in state.curation_log[runner.events_from :]],
@@ -208,22 +223,13 @@ class SearchHarness:
         self.state.done = True
         self.state.termination_reason = reason
 
-    def _observe(self, results: list[ToolResult], action_tokens: int) -> Observation:
+    def _observe(self, results: list[ToolResult], calls: list[ToolCall]) -> Observation:
         state = self.state
         results_text = _results_text(results)
-        # Count this turn's action and results before rendering, so the budget line in the
-        # WM already includes them; the WM itself is added once it exists.
-        state.tokens_used += action_tokens + estimate_tokens(results_text)
-        if not self.config.wm_in_history:
-            state.tokens_used -= state.wm_tokens  # the previous WM leaves the prompt
-        working_memory = self._render()
-        over = state.tokens_used + estimate_tokens(working_memory) > self.config.context_token_limit
-        if over and not state.done:
-            # Rare (once per episode at most): re-render so the WM says why it ended.
-            self._end("context_budget")
+        if self._exact is None:  # rerender: the policy owns the context and its budget
             working_memory = self._render()
-        state.wm_tokens = estimate_tokens(working_memory)
-        state.tokens_used += state.wm_tokens
+        else:
+            working_memory = self._count_context(results_text, calls)
         return Observation(
             turn=state.turn,
             text=_compose(results_text, working_memory),
@@ -233,6 +239,24 @@ class SearchHarness:
             termination_reason=state.termination_reason,
             info={"tokens_used": state.tokens_used},
         )
+
+    def _count_context(self, results_text: str, calls: list[ToolCall]) -> str:
+        """Append mode: add this turn's action and results to `tokens_used` before
+        rendering, so the budget line in the WM already includes them, then the WM once it
+        exists; ends the episode when the context passes the limit. Returns the WM."""
+        state = self.state
+        state.tokens_used += self._action_tokens(calls) + self._count(results_text)
+        if not self.config.wm_in_history:
+            state.tokens_used -= state.wm_tokens  # the previous WM leaves the prompt
+        working_memory = self._render()
+        over = state.tokens_used + self._count(working_memory) > self.config.context_token_limit
+        if over and not state.done:
+            # Rare (once per episode at most): re-render so the WM says why it ended.
+            self._end("context_budget")
+            working_memory = self._render()
+        state.wm_tokens = self._count(working_memory)
+        state.tokens_used += state.wm_tokens
+        return working_memory
 
     def _after_end(self, tool_calls: list[ToolCall]) -> Observation:
         """A step after the end changes nothing; it answers every call so transcripts stay valid."""
@@ -251,8 +275,16 @@ class SearchHarness:
             termination_reason=self.state.termination_reason,
         )
 
+    def _action_tokens(self, calls: list[ToolCall]) -> int:
+        pieces = [piece for call in calls for piece in _action_pieces(call)]
+        if self._exact:
+            return self._count("".join(pieces))  # one tokenizer request for the turn
+        return sum(self._count(piece) for piece in pieces)
+
     def _render(self) -> str:
-        return render_working_memory(self.state, self.config, self.ablation)
+        return render_working_memory(
+            self.state, self.config, self.ablation, exact_tokens=self._exact
+        )
 
 
 def _failure(call_id: str, name: str, message: str) -> ToolResult:
@@ -276,14 +308,15 @@ def _results_text(results: list[ToolResult]) -> str:
     return "\n\n".join(f"[{r.name or 'no tool'}] {r.content}" for r in results)
 
 
-def _action_tokens(call: ToolCall) -> int:
+def _action_pieces(call: ToolCall) -> tuple[str, str]:
+    """What the model emitted for one call, as counted: the tool name and its JSON arguments."""
     arguments = call.arguments
     if not isinstance(arguments, str):
         try:
             arguments = json.dumps(arguments, ensure_ascii=False)
         except (TypeError, ValueError):
             arguments = str(arguments)
-    return estimate_tokens(str(call.name)) + estimate_tokens(arguments)
+    return str(call.name), arguments
 
 
 def _event_json(event: CurationEvent) -> dict[str, Any]:

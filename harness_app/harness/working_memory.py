@@ -15,7 +15,7 @@ Sections, in order (a section with nothing to say is left out):
     SEARCHES <n> (last <m>): t<turn> <tool> "<query>" +<new> ...
     BRIDGES: <entity> [<id>, <id> +<more>] · ...
     VERIFIED "<claim>": <id> <verdict> <score> · ...
-    BUDGET turn <t>/<max> · ~<used>/<limit> tokens (<pct>)
+    BUDGET turn <t>/<max> · ~<used>/<limit> tokens (<pct>)   "~": an estimate (budget.py)
     WARNING <pct> of <turns|context> budget used: <advice>
     ENDED: <termination reason>
     </WORKINGMEMORY>
@@ -41,7 +41,15 @@ _NON_ALNUM = re.compile(r"[\W_]+")
 _TOOL_ABBREV = {SEARCH_CORPUS: "search", FAN_OUT_SEARCH: "fan_out", GREP_CORPUS: "grep"}
 
 
-def render_working_memory(state: HarnessState, config: HarnessConfig, ablation: Ablation) -> str:
+def render_working_memory(
+    state: HarnessState,
+    config: HarnessConfig,
+    ablation: Ablation,
+    *,
+    exact_tokens: bool | None = False,
+) -> str:
+    """`exact_tokens`: whether the BUDGET line's tokens are real (no "~"), or None when the
+    policy owns the context and the line shows turns only (budget.py)."""
     sections = [
         f"QUESTION: {state.question}",
         _curated(state, config),
@@ -49,7 +57,7 @@ def render_working_memory(state: HarnessState, config: HarnessConfig, ablation: 
         _searches(state, config),
         _bridges(state, config) if ablation.evidence_graph else "",
         _verifications(state, config) if ablation.verification else "",
-        _budget(state, config) if ablation.budget_marker else "",
+        _budget(state, config, exact_tokens) if ablation.budget_marker else "",
         f"ENDED: {state.termination_reason}" if state.done else "",
     ]
     body = "\n".join(s for s in sections if s)
@@ -149,8 +157,8 @@ def _verifications(state: HarnessState, config: HarnessConfig) -> str:
     )
 
 
-def _budget(state: HarnessState, config: HarnessConfig) -> str:
+def _budget(state: HarnessState, config: HarnessConfig, exact_tokens: bool | None) -> str:
     status = BudgetStatus(
-        state.turns_used, config.max_turns, state.tokens_used, config.context_token_limit
+        state.turns_used, config.max_turns, state.tokens_used, config.context_token_limit, exact_tokens
     )
     return render_budget(status, config.budget_warnings)

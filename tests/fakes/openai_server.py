@@ -172,7 +172,10 @@ class FakeOpenAIServer:
             self._complete(http, body)
         elif endpoint == "tokenize":
             generation_prompt = body.get("add_generation_prompt", True)
-            tokens = render(body["messages"], generation_prompt=generation_prompt)
+            if "prompt" in body:  # plain text (a token count): one token per character
+                tokens = [ord(ch) for ch in str(body["prompt"])]
+            else:
+                tokens = render(body["messages"], generation_prompt=generation_prompt)
             _send(http, 200, {"count": len(tokens), "tokens": tokens})
         elif endpoint in ("load_lora_adapter", "unload_lora_adapter"):
             self._adapter(http, endpoint, body)

@@ -9,7 +9,10 @@ markup between turns stay in the sequence as context but are masked, so the trai
 the very tokens that were sampled, with the logprobs the sampler reported for them.
 
 Every segment of an episode carries the episode's reward and advantage: the reward is for
-the whole trajectory, and a chain break (a re-rendered history) must not change it.
+the whole trajectory, and a chain break (a re-rendered history) must not change it. An
+episode played in the `rerender` context mode has one segment per call (per turn), each
+its own prompt (masked) and completion (trained on) under the episode's advantage; those
+breaks are by design (`EXPECTED_BREAKS`) and are not counted as breaks.
 
 An episode is excluded, with the reason, when it cannot be trained on faithfully: its calls
 came from more than one policy version (the rollout logprobs would mix two behaviour
@@ -23,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from harness_app.harness.llm.reconstruct import (
+    EXPECTED_BREAKS,
     CallTokens,
     ChainBreak,
     Segment,
@@ -128,7 +132,7 @@ def _episode_segments(calls: list[CallTokens], mode: str) -> tuple[list[Segment]
     if mode == "request":
         return reconstruct_per_request(calls), []
     segments, breaks = reconstruct_prefix_merged(calls)
-    return segments, [b for b in breaks if b.reason != "first_call"]
+    return segments, [b for b in breaks if b.reason not in EXPECTED_BREAKS]
 
 
 def exclusion_reason(episode: EpisodeCalls) -> str:

@@ -468,6 +468,8 @@ def _version_create(job: RLJob, step: RLStep, produced: Trained) -> PolicyVersio
             "system_prompt_version": base.system_prompt_version,
             "tool_call_format": base.tool_call_format,
             "tool_parser": base.tool_parser,
+            "context_mode": base.context_mode,
+            "context_limit": base.context_limit,
         },
     )
     version, _ = PolicyVersion.objects.update_or_create(

@@ -19,6 +19,13 @@ from django.db import models
 from harness_app.harness.llm.reconstruct import CallTokens
 from trajectories.models.ablations import AblationMatrix as AblationMatrix
 from trajectories.models.ablations import MatrixStatus as MatrixStatus
+from trajectories.models.annotations import Annotation as Annotation
+from trajectories.models.annotations import AnnotationBulkAction as AnnotationBulkAction
+from trajectories.models.annotations import AnnotationEvent as AnnotationEvent
+from trajectories.models.annotations import AnnotationEventKind as AnnotationEventKind
+from trajectories.models.annotations import AnnotationLabel as AnnotationLabel
+from trajectories.models.annotations import AnnotationLock as AnnotationLock
+from trajectories.models.annotations import AnnotationReason as AnnotationReason
 
 if TYPE_CHECKING:
     from harness_app.models import Query
@@ -293,6 +300,11 @@ class ModelCall(models.Model):
     # non-trainable.
     agent = models.CharField(max_length=16, blank=True)
     aborted = models.BooleanField(default=False)
+    # What a token-in prompt was rendered from: all of it when `rerendered` (the prompt was
+    # rebuilt, so the call is a training sequence of its own), else the messages new since
+    # the previous call (selectors.calls.turn_prompts joins them). Empty for chat requests.
+    prompt_messages = models.JSONField(default=list, blank=True)
+    rerendered = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -322,7 +334,16 @@ class ModelCall(models.Model):
             self.completion_logprobs,
             self.policy_version,
             self.agent,
+            self.rerendered,
         )
+
+    @property
+    def own_prompt_messages(self) -> list[dict[str, Any]] | None:
+        """The whole prompt when this call alone holds it (chat or rerendered), else None."""
+        messages = self.request.get("messages") if isinstance(self.request, dict) else None
+        if messages is not None:
+            return list(messages)
+        return list(self.prompt_messages) if self.rerendered else None
 
     def token_fields(self) -> dict[str, Any]:
         return {
@@ -395,139 +416,6 @@ class Verification(models.Model):
 
 
 # --- annotations (written by trajectories/services/annotations.py only) ------------------
-
-
-class AnnotationLabel(models.TextChoices):
-    APPROVE = "approve", "Approve"
-    REJECT = "reject", "Reject"
-    FLAG = "flag", "Flag for review"
-
-
-class AnnotationReason(models.TextChoices):
-    """Suggested reasons; `Annotation.reason` also takes free text."""
-
-    GOOD_TRAJECTORY = "good_trajectory", "Good trajectory"
-    REWARD_HACKING = "reward_hacking", "Reward hacking"
-    WRONG_EVIDENCE = "wrong_evidence", "Curated the wrong evidence"
-    INCOMPLETE = "incomplete", "Stopped too early"
-    WASTEFUL = "wasteful", "Wasteful or repetitive tool use"
-    FORMAT = "format", "Format errors"
-    OTHER = "other", "Other"
-
-
-class Annotation(models.Model):
-    """One annotator's label on one episode; relabelling updates the row."""
-
-    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="annotations")
-    annotator = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="annotations"
-    )
-    label = models.CharField(max_length=10, choices=AnnotationLabel.choices)
-    reason = models.CharField(max_length=200, blank=True)
-    notes = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["-updated_at", "-pk"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["episode", "annotator"], name="annotation_unique_annotator"
-            )
-        ]
-        indexes = [models.Index(fields=["annotator", "-updated_at"])]
-
-    def __str__(self) -> str:
-        return f"{self.label} on episode {self.episode_id} by {self.annotator_id}"
-
-
-class AnnotationLock(models.Model):
-    """An episode held by one annotator until `expires_at`; at most one per episode.
-
-    The unique episode column is what keeps two annotators off the same item at once: a
-    second taker's insert fails and it moves on to the next candidate.
-    """
-
-    episode = models.OneToOneField(
-        Episode, on_delete=models.CASCADE, related_name="annotation_lock"
-    )
-    annotator = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="annotation_locks"
-    )
-    expires_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [models.Index(fields=["annotator", "expires_at"])]
-
-    def __str__(self) -> str:
-        return f"episode {self.episode_id} held by {self.annotator_id} until {self.expires_at}"
-
-
-class AnnotationBulkAction(models.Model):
-    """One label applied to every episode a filter matched, undoable as a whole."""
-
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    filters = models.JSONField(default=dict)
-    label = models.CharField(max_length=10, choices=AnnotationLabel.choices)
-    reason = models.CharField(max_length=200, blank=True)
-    episodes = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-    undone_at = models.DateTimeField(null=True, blank=True)
-    undone_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-
-    class Meta:
-        ordering = ["-created_at", "-pk"]
-
-    def __str__(self) -> str:
-        return f"bulk {self.label} of {self.episodes} episodes"
-
-
-class AnnotationEventKind(models.TextChoices):
-    LABEL = "label", "Labelled"
-    LOCK = "lock", "Took the episode"
-    RELEASE = "release", "Released the episode"
-    BULK_LABEL = "bulk_label", "Labelled by a bulk action"
-    BULK_UNDO = "bulk_undo", "Bulk action undone"
-
-
-class AnnotationEvent(models.Model):
-    """The audit trail: who did what to which episode, when, with the label before/after.
-
-    A bulk action writes one event per episode; its undo reads them back to restore what
-    each annotator had before.
-    """
-
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    kind = models.CharField(max_length=12, choices=AnnotationEventKind.choices)
-    episode = models.ForeignKey(
-        Episode, null=True, on_delete=models.CASCADE, related_name="annotation_events"
-    )
-    bulk_action = models.ForeignKey(
-        AnnotationBulkAction, null=True, on_delete=models.CASCADE, related_name="events"
-    )
-    before = models.JSONField(null=True, blank=True)
-    after = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-created_at", "-pk"]
-        indexes = [models.Index(fields=["episode", "-created_at"])]
-
-    def __str__(self) -> str:
-        return f"{self.kind} on episode {self.episode_id} by {self.actor_id}"
-
-
-# --- saved episode-list filters (written by trajectories/services/saved_filters.py only) --------
 
 
 class SavedFilter(models.Model):

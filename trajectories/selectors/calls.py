@@ -38,6 +38,7 @@ class CallSummary:
     latency_ms: float
     usage: dict[str, Any]
     error: str
+    rerendered: bool = False  # the prompt was rebuilt from the state (rerender mode)
 
 
 def call_summary(call: ModelCall) -> CallSummary:
@@ -52,7 +53,69 @@ def call_summary(call: ModelCall) -> CallSummary:
         latency_ms=call.latency_ms,
         usage=call.usage,
         error=call.error,
+        rerendered=call.rerendered,
     )
+
+
+@dataclass(frozen=True)
+class CallPrompt:
+    """The prompt one call sent: the chat messages it was rendered from, and its size."""
+
+    pk: int
+    messages: list[dict[str, Any]]
+    prompt_tokens: int | None  # None when the call failed before the server counted it
+    token_in: bool  # sent as token ids rendered from `messages` by the server's template
+    rerendered: bool
+    error: str
+
+
+def turn_prompts(*, episode: Episode, turn_index: int) -> list[CallPrompt]:
+    """The exact prompt of each model call made in answer to turn `turn_index`.
+
+    A chat request holds its messages, and a rerendered token-in call stores its own; an
+    append-mode token-in call stores only the messages added since the episode's previous
+    call, so its prompt is the concatenation of those parts up to it (two queries)."""
+    calls = list(
+        ModelCall.objects.filter(episode=episode, turn_index=turn_index)
+        .defer("completion_token_ids_blob", "completion_logprobs_blob")
+        .order_by("pk")
+    )
+    parts: list[tuple[int, list[dict[str, Any]]]] = []
+    if calls and any(c.own_prompt_messages is None for c in calls):
+        earlier = ModelCall.objects.filter(
+            episode=episode, pk__lte=calls[-1].pk, rerendered=False
+        ).order_by("pk")
+        parts = [(pk, messages) for pk, messages in earlier.values_list("pk", "prompt_messages")]
+    out = []
+    for call in calls:
+        messages = call.own_prompt_messages
+        if messages is None:
+            messages = [m for pk, part in parts if pk <= call.pk for m in part]
+        counted = call.usage.get("prompt_tokens") if call.usage else None
+        if counted is None and call.prompt_token_ids_blob:
+            counted = len(call.prompt_token_ids)
+        out.append(
+            CallPrompt(
+                pk=call.pk,
+                messages=[_shown(m) for m in messages],
+                prompt_tokens=counted,
+                token_in="prompt" in call.request,
+                rerendered=call.rerendered,
+                error=call.error,
+            )
+        )
+    return out
+
+
+def _shown(message: dict[str, Any]) -> dict[str, Any]:
+    """A message with its tool calls as indented JSON, for the page."""
+    calls = message.get("tool_calls")
+    return {
+        "role": str(message.get("role", "")),
+        "content": str(message.get("content") or ""),
+        "tool_call_id": str(message.get("tool_call_id") or ""),
+        "tool_calls": json.dumps(calls, indent=1, ensure_ascii=False) if calls else "",
+    }
 
 
 _CALL_TOKEN_COLUMNS = (
@@ -63,6 +126,7 @@ _CALL_TOKEN_COLUMNS = (
     "completion_logprobs_blob",
     "policy_version",
     "agent",
+    "rerendered",
 )
 
 
@@ -71,7 +135,7 @@ def call_tokens_by_episode(calls: QuerySet[ModelCall]) -> dict[int, list[CallTok
     reads the token blobs only, never the request and response JSON."""
     out: dict[int, list[CallTokens]] = defaultdict(list)
     rows = calls.values_list(*_CALL_TOKEN_COLUMNS).iterator(chunk_size=200)
-    for episode_id, pk, prompt, completion, logprobs, version, agent in rows:
+    for episode_id, pk, prompt, completion, logprobs, version, agent, rerendered in rows:
         out[episode_id].append(
             CallTokens(
                 pk,
@@ -80,6 +144,7 @@ def call_tokens_by_episode(calls: QuerySet[ModelCall]) -> dict[int, list[CallTok
                 unpack_floats(logprobs),
                 version,
                 agent,
+                rerendered,
             )
         )
     return out

@@ -267,12 +267,13 @@ _EPISODE_NUMBER = """
 _CALL_COLUMNS = """
     episode_id, turn_index, request, response, prompt_token_ids_blob,
     completion_token_ids_blob, completion_logprobs_blob, finish_reason, usage,
-    latency_ms, policy_version, error, agent, aborted, created_at
+    latency_ms, policy_version, error, agent, aborted, created_at, prompt_messages,
+    rerendered
 """
 _CALL_VALUES = """
     %(episode)s, {turn_index}, %(request)s{jsonb}, %(response)s{jsonb}, %(prompt)s,
     %(completion)s, %(logprobs)s, %(finish_reason)s, %(usage)s{jsonb}, %(latency_ms)s,
-    %(version)s, %(error)s, %(agent)s, %(aborted)s, %(now)s
+    %(version)s, %(error)s, %(agent)s, %(aborted)s, %(now)s, '[]'{jsonb}, FALSE
 """
 _CALL_INSERT_POSTGRESQL = f"""
 WITH numbered AS ({_EPISODE_NUMBER})

@@ -332,6 +332,8 @@ def model_calls_record(*, claim: Claim, calls: Sequence[tuple[int, ModelCallReco
             latency_ms=record.latency_ms,
             policy_version=record.policy_version,
             error=record.error,
+            prompt_messages=record.prompt_messages,
+            rerendered=record.rerendered,
         )
         for turn_index, record in calls
     )

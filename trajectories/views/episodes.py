@@ -21,6 +21,7 @@ from trajectories.forms import EpisodeFilterForm, SavedFilterForm
 from trajectories.models import Episode
 from trajectories.selectors import recording, tokens
 from trajectories.selectors.batches import group_view
+from trajectories.selectors.calls import turn_prompts
 from trajectories.selectors.episode import (
     CompareError,
     compare_view,
@@ -104,6 +105,16 @@ def episode_tokens(request: HttpRequest, pk: int, turn: int) -> HttpResponse:
     strips = tokens.token_strips(episode=episode, turn_index=turn)
     context = {"episode": episode, "turn": turn, "strips": strips}
     return render(request, _fragment_or_page(request, "token_strips"), context)
+
+
+@browse_required
+@require_GET
+def episode_prompt(request: HttpRequest, pk: int, turn: int) -> HttpResponse:
+    """The exact prompt of each model call made in answer to the turn's observation."""
+    episode = _episode_or_404(pk)
+    prompts = turn_prompts(episode=episode, turn_index=turn)
+    context = {"episode": episode, "turn": turn, "prompts": prompts}
+    return render(request, _fragment_or_page(request, "prompt"), context)
 
 
 @browse_required

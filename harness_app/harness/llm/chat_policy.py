@@ -1,9 +1,19 @@
 """An OpenAI-compatible chat policy: the harness's tools, offered to a model behind vLLM.
 
-The conversation is append-only: each turn adds the tool results and the new
-WORKINGMEMORY after what the model already saw, and nothing earlier is ever rewritten, so
-every call's prompt extends the previous call's prompt plus its completion (what prefix
-merging in reconstruct.py relies on).
+Two context modes, chosen by the policy config (`context_mode`):
+
+- `append` (ReinforceNow / Polar): the conversation is append-only: each turn adds the
+  tool results and the new WORKINGMEMORY after what the model already saw, and nothing
+  earlier is ever rewritten, so every call's prompt extends the previous call's prompt plus
+  its completion (what prefix merging in reconstruct.py relies on). The environment counts
+  the context and ends the episode at its limit; the policy also refuses to send a token-in
+  prompt longer than `context_limit` (default 32,768), ending with `context_budget`.
+- `rerender` (Harness-1): every prompt is rebuilt from scratch (llm/context.py): system,
+  tools, the question, the WORKINGMEMORY snapshot frozen at turn n−5, the last 5 turns, with
+  the `[Context: used/LIMIT]` marker (default LIMIT 30,720) counted in real tokens by the
+  server's tokenizer (/tokenize), truncation passes when the prompt is over LIMIT, and
+  `context_budget` when nothing more can go. Each call is recorded as `rerendered`, so
+  reconstruction gives it its own training sequence.
 
 Two action formats, chosen by the policy config:
 
@@ -34,6 +44,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_app.harness.budget import (
+    CONTEXT_MODES,
+    RERENDER_CONTEXT_LIMIT,
+    TokenCounter,
+    context_marker,
+    estimate_tokens,
+)
+from harness_app.harness.llm import context
 from harness_app.harness.llm.client import ChatClient, ModelCallError, ModelCallRecord, Sampling
 from harness_app.harness.llm.tool_parsers import (
     NEEDS_SPECIAL_TOKENS,
@@ -58,6 +76,7 @@ holds the evidence."""
 SYSTEM_PROMPTS = {"v1": SYSTEM_PROMPT_V1}
 
 TOOL_CALL_FORMATS = ("openai_tools", "json_schema")
+APPEND_CONTEXT_LIMIT = 32_768  # HarnessConfig.context_token_limit's default
 
 
 class PolicyStop(PolicyError):
@@ -79,6 +98,15 @@ class ChatPolicyConfig:
     token_in: bool = True
     # How calls are read from the raw text when the server returns none (tool_parsers.py).
     tool_parser: str = "hermes"
+    context_mode: str = "append"  # or "rerender" (see the module docstring)
+    # The prompt cap in real tokens; None: 30,720 in rerender mode, 32,768 in append mode.
+    context_limit: int | None = None
+
+    @property
+    def limit(self) -> int:
+        if self.context_limit is not None:
+            return self.context_limit
+        return RERENDER_CONTEXT_LIMIT if self.context_mode == "rerender" else APPEND_CONTEXT_LIMIT
 
     def __post_init__(self) -> None:
         if self.system_prompt_version not in SYSTEM_PROMPTS:
@@ -94,6 +122,14 @@ class ChatPolicyConfig:
         if self.tool_parser not in TOOL_PARSERS:
             raise ValueError(
                 f"unknown tool_parser {self.tool_parser!r}; use one of {', '.join(TOOL_PARSERS)}"
+            )
+        if self.context_mode not in CONTEXT_MODES:
+            raise ValueError(
+                f"unknown context_mode {self.context_mode!r}; use one of {', '.join(CONTEXT_MODES)}"
+            )
+        if self.context_limit is not None and self.context_limit < 1:
+            raise ValueError(
+                f"context_limit must be a positive token count, got {self.context_limit}"
             )
         if self.termination_policy not in ("max_turns", "last_tool"):
             raise ValueError(
@@ -141,6 +177,35 @@ class ChatPolicy:
         self._assistant_at = -1  # index in `messages` of the last assistant reply
         self._stopped = False  # whether that reply ended on its end-of-turn token
         self._closing: list[int] | None = None  # template tokens after an assistant reply
+        self._prompt_messages: list[dict[str, Any]] = []  # what the next request renders
+        self._recorded_upto = 0  # append mode: messages already noted on a recorded call
+        # rerender mode: the question, every WORKINGMEMORY by turn, the past turns
+        self._question = ""
+        self._snapshots: dict[int, str] = {}
+        self._entries: list[context.Entry] = []
+        self._marked = 0  # the last prompt's length, which the next marker starts from
+        self.truncations: list[tuple[int, list[str]]] = []  # (turn, passes applied)
+
+    @property
+    def rerender(self) -> bool:
+        return self.config.context_mode == "rerender"
+
+    def token_counter(self) -> TokenCounter | None:
+        """The policy model's tokenizer as the env's token counter, where the server has one:
+        always on the token-in path and in rerender mode (both need /tokenize); None for
+        plain chat completions in append mode (a server that may have no /tokenize). The
+        env ignores it in rerender mode, where the policy counts its own prompt."""
+        if self.config.token_in or self.rerender:
+            return self._count_tokens
+        return None
+
+    def _count_tokens(self, text: str) -> int:
+        # A server that cannot count cannot sample either: the estimate stands in for this
+        # text, and the policy's own next call ends the episode with the server's reason.
+        try:
+            return self.client.count_tokens(text)
+        except ModelCallError:
+            return estimate_tokens(text)
 
     # -- Policy protocol -------------------------------------------------------------
     def reset(self, query_text: str) -> None:
@@ -148,11 +213,18 @@ class ChatPolicy:
         self.calls = []
         self._pending_ids = []
         self._tokens, self._assistant_at, self._stopped = [], -1, False
+        self._question, self._snapshots, self._entries = query_text, {}, []
+        self._marked = 0
+        self.truncations = []
+        self._recorded_upto = 0
 
     def act(self, observation: Observation, state: Any) -> list[ToolCall]:
-        self._append_observation(observation)
+        if self.rerender:
+            self._note_observation(observation)
+        else:
+            self._append_observation(observation)
         record = self._call_with_retries(observation.turn)
-        return self._actions_from(record)
+        return self._actions_from(record, observation.turn)
 
     # -- conversation ----------------------------------------------------------------
     def _system_message(self) -> dict[str, Any]:
@@ -222,16 +294,25 @@ class ChatPolicy:
             closing = closing[1:]
         return self._tokens + closing + full[len(partial) :]
 
-    def _request(self) -> dict[str, Any]:
+    def _request(self, turn: int) -> dict[str, Any]:
+        if self.rerender:
+            messages, ids = self._rerender_prompt(turn)
+        elif self.config.token_in:
+            messages, ids = list(self.messages), self._token_prompt()
+            if len(ids) > self.config.limit:
+                raise PolicyStop(
+                    "context_budget",
+                    f"the prompt is {len(ids)} tokens, over the {self.config.limit} limit",
+                )
+        else:
+            # A copy of the list, so later appends never alter a recorded request.
+            messages, ids = list(self.messages), []
+        self._prompt_messages = messages
         if self.config.token_in:
             extra = self._constraint()
             if self.config.tool_parser in NEEDS_SPECIAL_TOKENS:
                 extra["skip_special_tokens"] = False  # the calls are marked by special tokens
-            return self.client.build_completion_request(
-                self._token_prompt(), self.config.sampling, **extra
-            )
-        # A copy of the list, so later appends never alter a recorded request.
-        messages = list(self.messages)
+            return self.client.build_completion_request(ids, self.config.sampling, **extra)
         if self.config.tool_call_format == "openai_tools":
             return self.client.build_request(
                 messages, self.config.sampling, tools=self.tools, tool_choice="auto"
@@ -243,10 +324,94 @@ class ChatPolicy:
             response_format={"type": "json_schema", "json_schema": schema},
         )
 
+    # -- rerender mode ----------------------------------------------------------------
+    def _head(self) -> list[dict[str, Any]]:
+        return list(self.prefix_messages) or [self._system_message()]
+
+    def _note_observation(self, observation: Observation) -> None:
+        """Keep the observation's WORKINGMEMORY and give the last reply its results."""
+        self._snapshots[observation.turn] = observation.working_memory
+        if not self._entries or not observation.tool_results:
+            return
+        entry = self._entries[-1]
+        results = observation.tool_results
+        if self._pending_ids and self.config.tool_call_format == "openai_tools":
+            by_id = {r.call_id: r for r in results}
+            entry.results = [
+                context.Result(
+                    by_id[i].content if i in by_id else "(no result)",
+                    by_id[i].name if i in by_id else "",
+                    i,
+                )
+                for i in self._pending_ids
+            ]
+        else:
+            text = "\n\n".join(f"[{r.name or 'no tool'}] {r.content}" for r in results)
+            entry.results = [context.Result(text, results[0].name if len(results) == 1 else "")]
+        self._pending_ids = []
+
+    def _rerender_prompt(self, turn: int) -> tuple[list[dict[str, Any]], list[int]]:
+        """The prompt rebuilt from the state, counted in real tokens and narrowed by the
+        truncation passes until it fits the limit; PolicyStop when it cannot fit."""
+        limit = self.config.limit
+        view, step, applied = context.View(), 0, []
+        while True:
+            # One render per narrowing step; the marker is settled only once it fits.
+            messages, ids, marker = self._counted(view, renders=1)
+            if len(ids) <= limit:
+                messages, ids, marker = self._counted(view)
+                if len(ids) <= limit:
+                    break
+            narrower = None
+            while narrower is None and step < len(context.PASSES):
+                narrower = context.narrower(view, context.PASSES[step], len(self._entries))
+                if narrower is None:
+                    step += 1
+            if narrower is None:
+                raise PolicyStop(
+                    "context_budget",
+                    f"the prompt is {len(ids)} tokens, over the {limit} limit after every "
+                    "truncation pass",
+                )
+            view = narrower
+            applied.append(context.PASSES[step])
+        if applied:
+            self.truncations.append((turn, applied))
+        if self._entries:
+            self._entries[-1].marker = marker
+        return messages, ids
+
+    def _counted(
+        self, view: context.View, renders: int = 3
+    ) -> tuple[list[dict[str, Any]], list[int], str]:
+        """Render under `view` with a marker stating the prompt's own length: start from the
+        last count and re-render until the number written is the one counted (a digit more
+        or less can move the count; at most `renders` renders)."""
+        tools = self._rendered_tools()
+        used = self._marked
+        for _ in range(renders):
+            marker = context_marker(used, self.config.limit)
+            messages, _ = context.render(
+                head=self._head(),
+                question=self._question,
+                snapshots=self._snapshots,
+                entries=self._entries,
+                view=view,
+                parser=self.config.tool_parser,
+                marker=marker,
+                cut_replies=self.config.tool_call_format == "openai_tools",
+            )
+            ids = self.client.tokenize_chat(messages, tools=tools)
+            if len(ids) == used or not self._entries:
+                break
+            used = len(ids)
+        self._marked = len(ids)
+        return messages, ids, marker
+
     def _call_with_retries(self, turn: int) -> ModelCallRecord:
         for attempt in range(self.config.retries + 1):
             try:
-                record = self.client.complete(self._request())
+                record = self._complete(turn)
             except ModelCallError as exc:
                 if exc.record is not None:
                     self.calls.append((turn, exc.record))
@@ -260,8 +425,32 @@ class ChatPolicy:
             return record
         raise AssertionError("unreachable: the loop returns or raises")
 
+    def _complete(self, turn: int) -> ModelCallRecord:
+        request = self._request(turn)
+        try:
+            record = self.client.complete(request)
+        except ModelCallError as exc:
+            if exc.record is not None:
+                self._describe(exc.record)
+            raise
+        return self._describe(record)
+
+    def _describe(self, record: ModelCallRecord) -> ModelCallRecord:
+        """Note what a token-in prompt was rendered from: a rebuilt prompt's messages whole;
+        in append mode only those added since the previous recorded call (the prompt is the
+        concatenation up to this call), so an episode stores each message once."""
+        record.rerendered = self.rerender
+        if "messages" in record.request:
+            return record
+        if self.rerender:
+            record.prompt_messages = self._prompt_messages
+        else:
+            record.prompt_messages = self._prompt_messages[self._recorded_upto :]
+            self._recorded_upto = len(self._prompt_messages)
+        return record
+
     # -- replies into actions --------------------------------------------------------
-    def _actions_from(self, record: ModelCallRecord) -> list[ToolCall]:
+    def _actions_from(self, record: ModelCallRecord, turn: int) -> list[ToolCall]:
         message = record.message
         assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
         if message.get("tool_calls"):
@@ -270,8 +459,11 @@ class ChatPolicy:
         if calls and "tool_calls" not in assistant and self.config.tool_parser != "hermes":
             # gpt-oss's template will not render a tool result without the call before it.
             assistant["tool_calls"] = [_to_openai(c) for c in calls]
-        self.messages.append(assistant)
-        self._assistant_at = len(self.messages) - 1
+        if self.rerender:
+            self._entries.append(context.Entry(turn=turn, reply=assistant))
+        else:
+            self.messages.append(assistant)
+            self._assistant_at = len(self.messages) - 1
         if not calls and self.config.termination_policy == "last_tool":
             raise PolicyStop("no_tool_call", "the reply contained no tool call")
         if not calls:

@@ -43,6 +43,14 @@ class ModelCallRecord:
     latency_ms: float = 0.0
     policy_version: str = ""
     error: str = ""
+    # The chat messages a token-in prompt (ids only in the request) was rendered from: the
+    # whole prompt when `rerendered`, else those added since the previous recorded call of
+    # the episode (append mode: the prompt is the concatenation up to this call). Empty for
+    # a chat request, which carries its messages. What the viewer shows as the prompt.
+    prompt_messages: list[dict[str, Any]] = field(default_factory=list)
+    # True when the prompt was rebuilt from scratch (rerender mode) rather than extending
+    # the previous call: reconstruction then gives the call its own training sequence.
+    rerendered: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +153,16 @@ class ChatClient:
         }
         if tools:
             body["tools"] = tools
+        return list(self._tokenize(body)["tokens"])
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens the served model's tokenizer makes of `text` (no special tokens):
+        the env's token counter in an LLM rollout."""
+        body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+        data = self._tokenize(body)
+        return int(data["count"]) if "count" in data else len(data["tokens"])
+
+    def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         record = ModelCallRecord(request=body)
         started = time.perf_counter()
         try:
@@ -155,7 +173,8 @@ class ChatClient:
             raise self._fail(record, started, "model_unreachable", str(exc)) from exc
         if response.status_code >= 400:
             raise self._http_error(record, response)
-        return list(response.json()["tokens"])
+        data: dict[str, Any] = response.json()
+        return data
 
     def complete(self, request: dict[str, Any]) -> ModelCallRecord:
         """Send a chat request, or a token-in completion request when it has `prompt`."""

@@ -11,6 +11,11 @@ Two modes:
   recorded with its reason, so a re-tokenised or rewritten history never silently trains on
   tokens the policy did not sample.
 
+A call whose prompt was rebuilt from scratch (the chat policy's `rerender` context mode)
+never extends an earlier call by design: it is a sequence of its own, and its break is
+named `rerender`, which, like `first_call`, is expected and no warning (`EXPECTED_BREAKS`).
+Each such sequence is one turn: its prompt masked, its completion trained on.
+
 Calls recorded from an outside agent (trajectories/recording.py) carry an `agent`: a
 fingerprint of their system prompt, which tells a main agent from the subagents it starts.
 `reconstruct_by_agent` merges each agent's calls on their own and names the breaks: a
@@ -33,6 +38,11 @@ class CallTokens:
     logprobs: list[float]
     policy_version: str = ""
     agent: str = ""  # system-prompt fingerprint; "" for our own rollouts
+    rerendered: bool = False  # the prompt was rebuilt, not extended (rerender mode)
+
+
+# Break reasons that are by design, not a failure to merge.
+EXPECTED_BREAKS = frozenset({"first_call", "rerender"})
 
 
 @dataclass
@@ -97,6 +107,10 @@ def _merge(
     chains: list[Segment] = []
     breaks: list[ChainBreak] = []
     for call in calls:
+        if call.rerendered:
+            breaks.append(ChainBreak(call.call_id, "rerender" if chains else "first_call"))
+            chains.append(_start(call))
+            continue
         target = next(
             (c for c in chains if call.prompt_ids[: len(c.token_ids)] == c.token_ids), None
         )
