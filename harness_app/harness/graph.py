@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -206,10 +206,15 @@ class EvidenceGraph:
     docs: dict[str, GraphDoc] = field(default_factory=dict)
     bridges: list[str] = field(default_factory=list)
 
-    def add_document(self, doc: Document, turn: int) -> None:
+    def add_document(
+        self, doc: Document, turn: int, mentions: Sequence[Mention] | None = None
+    ) -> None:
+        """Add `doc`'s node and edges; `mentions` are its entities if already extracted
+        (e.g. read from the index), else `extract_entities(doc)`."""
         if doc.doc_id in self.docs:
             return
-        mentions = extract_entities(doc)
+        if mentions is None:
+            mentions = extract_entities(doc)
         self.docs[doc.doc_id] = GraphDoc(doc.doc_id, doc.title, turn, [m.key for m in mentions])
         for mention in mentions:
             entity = self.entities.get(mention.key)
