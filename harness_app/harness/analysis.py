@@ -60,7 +60,7 @@ class DocAnalysis(Protocol):
         ...
 
 
-AnalysisProvider = Callable[[Document], "DocAnalysis | None"]
+AnalysisProvider = Callable[[Document], DocAnalysis]
 
 
 class ComputedAnalysis:

@@ -19,17 +19,18 @@ to the bit, without building a BM25Okapi per document at query time.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-
-import numpy as np
-from rank_bm25 import BM25Okapi
 
 from harness_app.harness.text import analyze, split_sentences
 from harness_app.harness.types import Document
 
 GAP = " … "
+# rank_bm25.BM25Okapi's defaults, which the sentence ranking has always used.
+_K1, _B, _EPSILON = 1.5, 0.75, 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,32 +87,44 @@ def sentence_weights(doc: Document) -> SentenceWeights:
 
 
 def weights_of(terms: Sequence[Sequence[str]]) -> SentenceWeights:
-    """The BM25Okapi weights of each (term, sentence) pair, terms in first-seen order."""
+    """BM25Okapi's weight of each (term, sentence) pair, terms in first-seen order.
+
+    What `rank_bm25.BM25Okapi(terms)` computes (its defaults k1=1.5, b=0.75,
+    epsilon=0.25), written out so that no BM25Okapi object is built per document: the same
+    counts, the same idf with its floor (summed in the same order), and each weight its
+    get_scores expression for one term and sentence, operation for operation. All float64,
+    so the numbers are equal to the bit; tests/harness/test_analysis.py compares them.
+    """
     if not any(terms):
         return SentenceWeights({}, [0], [], [])
-    bm25 = BM25Okapi([list(t) for t in terms])
-    rows: dict[str, int] = {}
-    for sentence in terms:
-        for term in sentence:
-            rows.setdefault(term, len(rows))
-    tf = np.zeros((len(rows), len(terms)), dtype=np.int64)
-    for j, freqs in enumerate(bm25.doc_freqs):
-        for term, count in freqs.items():
-            tf[rows[term], j] = count
-    idf = np.array([[bm25.idf.get(t) or 0] for t in rows], dtype=np.float64)
-    # rank-bm25's get_scores expression, operation for operation, for all terms at once.
-    doc_len = np.array(bm25.doc_len)
-    k1, b = bm25.k1, bm25.b
-    weights = idf * (tf * (k1 + 1) / (tf + k1 * (1 - b + b * doc_len / bm25.avgdl)))
-    row_ids, sentence_ids = np.nonzero(tf)  # row-major: grouped by term, sentences ascending
-    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_ids, minlength=len(rows)), out=indptr[1:])
-    return SentenceWeights(
-        rows,
-        indptr.tolist(),
-        sentence_ids.tolist(),
-        weights[row_ids, sentence_ids].tolist(),
-    )
+    counts = [Counter(sentence) for sentence in terms]  # first-seen order, like rank-bm25
+    containing: dict[str, int] = {}
+    for freqs in counts:
+        for term in freqs:
+            containing[term] = containing.get(term, 0) + 1
+    n = len(terms)
+    avgdl = sum(len(sentence) for sentence in terms) / n
+    idf: dict[str, float] = {}
+    idf_sum = 0.0
+    for term, df in containing.items():
+        idf[term] = value = math.log(n - df + 0.5) - math.log(df + 0.5)
+        idf_sum += value
+    floor = _EPSILON * (idf_sum / len(idf))
+    for term, value in idf.items():
+        if value < 0:
+            idf[term] = floor
+    rows = {term: row for row, term in enumerate(containing)}
+    pairs: list[list[tuple[int, float]]] = [[] for _ in rows]
+    k1, b = _K1, _B
+    for sentence, freqs in enumerate(counts):
+        norm = k1 * (1 - b + b * len(terms[sentence]) / avgdl)
+        for term, tf in freqs.items():
+            pairs[rows[term]].append((sentence, (idf[term] or 0) * (tf * (k1 + 1) / (tf + norm))))
+    indptr = [0]
+    for row_pairs in pairs:
+        indptr.append(indptr[-1] + len(row_pairs))
+    flat = [pair for row_pairs in pairs for pair in row_pairs]
+    return SentenceWeights(rows, indptr, [s for s, _ in flat], [w for _, w in flat])
 
 
 def top_sentence_indices(doc: Document, query: str, k: int) -> list[int]:
@@ -119,16 +132,14 @@ def top_sentence_indices(doc: Document, query: str, k: int) -> list[int]:
     return rank_sentences(len(sentences_of(doc)), lambda: sentence_weights(doc), query, k)
 
 
-def rank_sentences(
-    n: int, weights: Callable[[], SentenceWeights], query: str, k: int
-) -> list[int]:
+def rank_sentences(n: int, weights: Callable[[], SentenceWeights], query: str, k: int) -> list[int]:
     """The k best of `n` sentences, ascending; `weights` is only asked for when n > k."""
     if n <= k:
         return list(range(n))
     table = weights()
     # Terms absent from every sentence add exactly zero in rank-bm25, so skipping them
     # changes no score.
-    rows = [r for r in map(table.rows.get, analyze(query)) if r is not None]
+    rows = [r for r in map(table.rows.get, query_terms(query)) if r is not None]
     if not rows:
         return list(range(k))
     scores = [0.0] * n
@@ -138,6 +149,12 @@ def rank_sentences(
             scores[sentences[j]] += weights_[j]
     ranked = sorted(range(n), key=lambda i: (-scores[i], i))
     return sorted(ranked[:k])
+
+
+@lru_cache(maxsize=1024)
+def query_terms(query: str) -> tuple[str, ...]:
+    """analyze(query), remembered: one search ranks the sentences of every hit with it."""
+    return tuple(analyze(query))
 
 
 @lru_cache(maxsize=16_384)

@@ -67,10 +67,13 @@ def signature(shingles: frozenset[int]) -> npt.NDArray[np.uint32]:
     return np.asarray(hashed.min(axis=1), dtype=np.uint32)
 
 
+# Each band key: the band's number (one byte), then its ROWS values' bytes.
+_BAND_SLICES = tuple((bytes([b]), b * ROWS * 4, (b + 1) * ROWS * 4) for b in range(BANDS))
+
+
 def bands_of(raw: bytes) -> tuple[bytes, ...]:
     """LSH band keys from a signature's bytes (NUM_PERM uint32 values, as `tobytes` gives)."""
-    width = ROWS * 4
-    return tuple(bytes([b]) + raw[b * width : (b + 1) * width] for b in range(BANDS))
+    return tuple([number + raw[start:end] for number, start, end in _BAND_SLICES])
 
 
 def jaccard(a: frozenset[int], b: frozenset[int]) -> float:

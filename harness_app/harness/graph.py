@@ -32,7 +32,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness_app.harness.types import Document
 
@@ -72,8 +72,9 @@ _ARTICLES = ("the ", "a ", "an ")
 _ACRONYM_STOP = frozenset({"II", "III", "IV", "VI", "VII", "VIII", "IX", "XI", "XII", "TV"})
 
 
-@dataclass(frozen=True, slots=True)
-class Mention:
+class Mention(NamedTuple):
+    """One entity of a document (a tuple: cheap to build, whether extracted or read)."""
+
     key: str
     label: str
     kind: str

@@ -53,9 +53,7 @@ class LexicalVerifier:
         self.supported_at = supported_at
         self.unsupported_below = unsupported_below
 
-    def verify(
-        self, claim: str, document: Document, view: SentenceView | None = None
-    ) -> Verdict:
+    def verify(self, claim: str, document: Document, view: SentenceView | None = None) -> Verdict:
         """`view`: the document's sentence view when already at hand (e.g. read from the
         index); only which terms each sentence contains matters, not their order."""
         claim_terms = set(analyze(claim))

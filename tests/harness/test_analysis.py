@@ -19,7 +19,13 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from harness_app.harness.analysis import ComputedAnalysis
-from harness_app.harness.compress import render, sentences_of, top_sentence_indices
+from harness_app.harness.compress import (
+    render,
+    sentence_view,
+    sentences_of,
+    top_sentence_indices,
+    weights_of,
+)
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.retrieval import BM25Index, StaleIndexError, open_index
@@ -76,6 +82,23 @@ def rank_bm25_indices(doc: Document, query: str, k: int) -> list[int]:
     scores = bm25.get_scores(query_terms)
     ranked = sorted(range(len(sentences)), key=lambda i: (-float(scores[i]), i))
     return sorted(ranked[:k])
+
+
+def assert_weights_are_rank_bm25s(docs: list[Document]) -> None:
+    """Every (term, sentence) weight equals BM25Okapi.get_scores([term]) there, exactly."""
+    for doc in docs:
+        terms = [list(t) for t in sentence_view(doc).terms]
+        table = weights_of(terms)
+        if not any(terms):
+            assert table.rows == {}
+            continue
+        bm25 = BM25Okapi(terms)
+        assert list(table.rows) == list(bm25.idf)  # every term, in rank-bm25's order
+        for term, row in table.rows.items():
+            expected = bm25.get_scores([term])
+            span = range(table.indptr[row], table.indptr[row + 1])
+            got = {table.sentences[j]: table.weights[j] for j in span}
+            assert got == {i: float(v) for i, v in enumerate(expected) if term in terms[i]}
 
 
 def assert_same_analysis(index: BM25Index, docs: list[Document], queries: list[str]) -> int:
@@ -147,6 +170,11 @@ def assert_same_episodes(index: BM25Index, questions: list[QuerySpec], steps: in
 @pytest.fixture
 def fake_index(tmp_path) -> BM25Index:
     return BM25Index.build(DOCS, tmp_path / "idx")
+
+
+def test_sentence_weights_are_rank_bm25s_to_the_bit():
+    odd = [Document("o", "", "The the the. A cat. The cat sat. Cat cat cat. Dog.")]
+    assert_weights_are_rank_bm25s([*DOCS, *odd])
 
 
 def test_stored_analysis_equals_computed_on_the_fake_corpus(fake_index):
@@ -222,4 +250,5 @@ def test_stored_analysis_equals_computed_on_hotpotqa(hotpotqa_dir, tmp_path):
     sample = rng.sample(docs, 150)
     queries = [q.text for q in questions] + [d.title for d in rng.sample(docs, 4)]
     assert assert_same_analysis(index, sample, queries) == len(sample)
+    assert_weights_are_rank_bm25s(sample)
     assert_same_episodes(index, questions, steps=15)

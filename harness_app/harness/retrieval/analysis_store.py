@@ -21,6 +21,7 @@ analysis.py computes, so stored and computed analyses agree exactly.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -133,7 +134,7 @@ class AnalysisWriter:
             np.save(self.directory / f"{PREFIX}{name}.npy", values)
 
 
-def _append(store: array[Any], values: list[int], width: int = 1) -> list[int]:
+def _append(store: array[Any], values: Iterable[int], width: int = 1) -> list[int]:
     """Extend `store`; the [start, end) range of what was added, in items of `width`."""
     start = len(store) // width
     store.extend(values)
@@ -144,11 +145,14 @@ class AnalysisStore:
     """Read side: `get(position, doc)` gives a lazy `StoredAnalysis`, or None."""
 
     def __init__(self, directory: Path, documents: int) -> None:
+        arrays = {name: load_array(directory / f"{PREFIX}{name}.npy") for name in _ARRAYS}
         self.table = load_array(directory / f"{PREFIX}table.npy")
-        self.signatures = load_array(directory / f"{PREFIX}signatures.npy")
-        for name in _ARRAYS:
-            if name != "signatures":
-                setattr(self, name, load_array(directory / f"{PREFIX}{name}.npy"))
+        self.spans = arrays["spans"]
+        self.shingles = arrays["shingles"]
+        self.signatures = arrays["signatures"]
+        self.indptr = arrays["indptr"]
+        self.sentence_ids = arrays["sentence_ids"]
+        self.weights = arrays["weights"]
         self.terms = open_blob(directory / f"{PREFIX}terms.bin")
         self.entities = open_blob(directory / f"{PREFIX}entities.bin")
         if self.table.shape != (documents, len(_COLUMNS)) or len(self.signatures) != documents:
