@@ -18,7 +18,8 @@ Prints figures, asserts nothing. Run from the project root:
   directory with the analysis precomputed (its build time and size are printed), so the
   harness reads it from the memory-mapped index. Its search and document lookups are
   subtracted like the numpy one's; reading the stored analysis is counted as harness time.
-- Caches: the computed analysis, compressed views and WM lines are cached per process.
+- Caches: the computed analysis (or the analyses decoded from the index), compressed
+  views and WM lines are cached per process.
   "cold" clears those caches before every episode (documents never seen before in this
   process: for "computed", a corpus so large that documents never repeat; for "stored",
   what a fresh worker sees); "steady" lets them fill across distinct questions as a
@@ -241,7 +242,7 @@ def run_episodes(
     timings: dict[str, list[float]] = defaultdict(list)
     for query in rng.sample(queries, min(episodes, len(queries))):
         if cold:
-            clear_caches()
+            clear_caches(retriever)
         env = SearchHarness(retriever, config=HarnessConfig())
         env.reset(query)
         policy = RandomPolicy(rng, query.text)
@@ -258,7 +259,9 @@ def run_episodes(
     return timings
 
 
-def clear_caches() -> None:
+def clear_caches(retriever: Retriever | None = None) -> None:
+    if isinstance(retriever, TimedIndex):
+        retriever.index.forget_decoded_analyses()
     for cached in (
         compress._sentences,
         compress.sentence_view,
@@ -417,10 +420,10 @@ def build_index(docs: list[Document], directory: Path) -> BM25Index:
 
 def run_modes(label: str, retriever: Retriever, queries: list[QuerySpec], args: Any) -> None:
     n = args.episodes
-    clear_caches()
+    clear_caches(retriever)
     cold = run_episodes(retriever, queries, n // 4, args.seed, cold=True)
     report_overhead(f"{label}, cold", cold)
-    clear_caches()
+    clear_caches(retriever)
     steady = run_episodes(retriever, queries, n, args.seed + 1, cold=False)
     report_overhead(f"{label}, steady", steady)
     run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False)  # fill, then replay

@@ -65,6 +65,8 @@ _COLUMNS = (
     "entities_start",
     "entities_end",
 )
+# Compressed views remembered per document (the samples of a GRPO group repeat queries).
+_COMPRESSED_PER_DOC = 8
 _ARRAYS = ("spans", "shingles", "signatures", "indptr", "sentence_ids", "weights")
 
 
@@ -168,7 +170,16 @@ class AnalysisStore:
 class StoredAnalysis:
     """One document's stored analysis, decoded part by part as the harness asks."""
 
-    __slots__ = ("_doc", "_fingerprint", "_position", "_row", "_sentences", "_store", "_weights")
+    __slots__ = (
+        "_compressed",
+        "_doc",
+        "_fingerprint",
+        "_position",
+        "_row",
+        "_sentences",
+        "_store",
+        "_weights",
+    )
 
     def __init__(self, store: AnalysisStore, position: int, row: list[int], doc: Document):
         self._store = store
@@ -178,6 +189,7 @@ class StoredAnalysis:
         self._sentences: tuple[str, ...] | None = None
         self._weights: SentenceWeights | None = None
         self._fingerprint: Fingerprint | None = None
+        self._compressed: dict[tuple[str, int, int], str] = {}
 
     def sentences(self) -> tuple[str, ...]:
         if self._sentences is None:
@@ -202,10 +214,16 @@ class StoredAnalysis:
         return self._weights
 
     def compressed(self, query: str, k: int, sentence_chars: int) -> str:
-        sentences = self.sentences()
-        return render(
-            sentences, rank_sentences(len(sentences), self.weights, query, k), sentence_chars
-        )
+        key = (query, k, sentence_chars)
+        text = self._compressed.get(key)
+        if text is None:
+            sentences = self.sentences()
+            ranked = rank_sentences(len(sentences), self.weights, query, k)
+            text = render(sentences, ranked, sentence_chars)
+            if len(self._compressed) >= _COMPRESSED_PER_DOC:
+                self._compressed.clear()
+            self._compressed[key] = text
+        return text
 
     def sentence_view(self) -> SentenceView:
         sentences = self.sentences()

@@ -28,6 +28,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,8 @@ Row = tuple[int, int, int]
 _SPARSE_SHARE = 0.25
 # Query terms repeat across queries; remembering where their rows are skips the hashing.
 _ROW_CACHE_LIMIT = 100_000
+# Documents whose decoded analysis is kept (roughly 10-20 kB each).
+_ANALYSIS_CACHE = 4096
 
 
 class BM25IndexError(Exception):
@@ -88,6 +91,9 @@ class BM25Index:
         self._positions: dict[str, int] = {}  # doc id -> position, for hits just returned
         self._check_shapes()
         self._analysis = AnalysisStore(directory, len(self)) if manifest.get("analysis") else None
+        # Decoded analyses of recently shown documents: the samples of a GRPO group, and
+        # questions over the same corpus, show the same documents again. Thread-safe.
+        self._decoded = lru_cache(maxsize=_ANALYSIS_CACHE)(self._decode_analysis)
 
     # --- construction ---------------------------------------------------------------
 
@@ -178,11 +184,22 @@ class BM25Index:
         return self._store.get(position)
 
     def document_analysis(self, doc: Document) -> StoredAnalysis | None:
-        """The stored analysis of `doc` (one this index served), or None without one."""
+        """The stored analysis of `doc` (one this index served), or None without one.
+
+        Decoded parts are kept for the last `_ANALYSIS_CACHE` documents asked for.
+        """
         if self._analysis is None:
             return None
         position = self._position(doc.doc_id)
-        return None if position < 0 else self._analysis.get(position, doc)
+        return None if position < 0 else self._decoded(position, doc)
+
+    def _decode_analysis(self, position: int, doc: Document) -> StoredAnalysis | None:
+        assert self._analysis is not None
+        return self._analysis.get(position, doc)
+
+    def forget_decoded_analyses(self) -> None:
+        """Empty the cache of decoded analyses (benchmarks of a fresh process)."""
+        self._decoded.cache_clear()
 
     def _position(self, doc_id: str) -> int:
         position = self._positions.get(doc_id)
