@@ -173,6 +173,7 @@ class StoredAnalysis:
     __slots__ = (
         "_compressed",
         "_doc",
+        "_entities",
         "_fingerprint",
         "_position",
         "_row",
@@ -190,6 +191,7 @@ class StoredAnalysis:
         self._weights: SentenceWeights | None = None
         self._fingerprint: Fingerprint | None = None
         self._compressed: dict[tuple[str, int, int], str] = {}
+        self._entities: tuple[Mention, ...] | None = None
 
     def sentences(self) -> tuple[str, ...]:
         if self._sentences is None:
@@ -243,11 +245,12 @@ class StoredAnalysis:
         return self._fingerprint
 
     def entities(self) -> tuple[Mention, ...]:
-        raw = self._store.entities[self._row[12] : self._row[13]].decode("utf-8", "surrogatepass")
-        if not raw:
-            return ()
-        mentions = []
-        for part in raw.split(_RS):
-            key, label = part[1:].split(_US)
-            mentions.append(Mention(key, label, ENTITY_KINDS[int(part[0])]))
-        return tuple(mentions)
+        if self._entities is None:
+            row = self._row
+            raw = self._store.entities[row[12] : row[13]].decode("utf-8", "surrogatepass")
+            mentions = []
+            for part in raw.split(_RS) if raw else ():
+                key, label = part[1:].split(_US)
+                mentions.append(Mention(key, label, ENTITY_KINDS[int(part[0])]))
+            self._entities = tuple(mentions)
+        return self._entities
