@@ -332,8 +332,12 @@ class ToolRunner:
         lines = [f'claim "{clip(claim, 160)}":']
         for doc_id in ids:
             doc = self.retriever.document(doc_id)
-            if isinstance(self.verifier, LexicalVerifier):  # it can use the stored analysis
-                verdict = self.verifier.verify(claim, doc, self.analysis(doc).sentence_view())
+            # The lexical verifier (not a subclass redefining verify) takes the stored view.
+            verifier = self.verifier
+            if isinstance(verifier, LexicalVerifier) and (
+                type(verifier).verify is LexicalVerifier.verify
+            ):
+                verdict = verifier.verify(claim, doc, self.analysis(doc).sentence_view())
             else:
                 verdict = self.verifier.verify(claim, doc)
             if verdict.verdict not in VERDICTS:
