@@ -59,8 +59,9 @@ Row = tuple[int, int, int]
 _SPARSE_SHARE = 0.25
 # Query terms repeat across queries; remembering where their rows are skips the hashing.
 _ROW_CACHE_LIMIT = 100_000
-# Documents whose decoded analysis is kept (roughly 10-20 kB each).
-_ANALYSIS_CACHE = 4096
+# Documents whose decoded analysis is kept, about 18 kB each: the size of the caches the
+# computed analysis uses (compress.py, dedup.py, graph.py), which then stay empty.
+_ANALYSIS_CACHE = 16384
 
 
 class BM25IndexError(Exception):
