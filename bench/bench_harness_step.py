@@ -3,16 +3,29 @@
 Prints figures, asserts nothing. Run from the project root:
 
     .venv/bin/python bench/bench_harness_step.py [--episodes 200] [--seed 7]
+        [--analysis both|computed|stored]
 
 - Overhead: wall time of `SearchHarness.step` minus the time spent inside the retriever
   (search, document lookups), over random but realistic episodes (a search first, then a
   weighted mix of every tool, some malformed calls). Retrieval is a small numpy BM25 written
   here so the figure does not depend on the production index. Grep scans the corpus in the
   harness itself, so it is reported on its own line and kept out of the headline figure.
-- Caches: per-document analysis (sentences, fingerprints, entities) is cached per process.
-  "cold" clears it before every episode (a corpus so large that documents never repeat);
-  "steady" lets it fill across distinct questions as a long-lived worker would; "hot"
-  replays episodes already run, like the N samples of one GRPO group.
+- Analysis source: each shown document needs a query-independent analysis (sentences and
+  their BM25 weights, MinHash fingerprint, entities; harness_app/harness/analysis.py).
+  "computed": the retriever is the in-memory numpy BM25 below, which stores none, so the
+  harness computes it at first sight and caches it per process (tests, ad-hoc retrievers).
+  "stored": the retriever is the production BM25Index, built here into a temporary
+  directory with the analysis precomputed (its build time and size are printed), so the
+  harness reads it from the memory-mapped index. Its search and document lookups are
+  subtracted like the numpy one's; reading the stored analysis is counted as harness time.
+- Caches: the computed analysis (or the analyses decoded from the index), compressed
+  views and WM lines are cached per process.
+  "cold" clears those caches before every episode (documents never seen before in this
+  process: for "computed", a corpus so large that documents never repeat; for "stored",
+  what a fresh worker sees); "steady" lets them fill across distinct questions as a
+  long-lived worker would; "hot" replays episodes already run, like the N samples of one
+  GRPO group. The index files themselves stay in the OS page cache, as they do for
+  workers sharing one index.
 - GC: after loading the corpus the script calls gc.freeze(), as a rollout worker should
   (see docs/harness.md); without it, full collections over the corpus objects roughly
   double p99. Pass --no-freeze to see that.
@@ -29,8 +42,10 @@ import json
 import os
 import random
 import re
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterator
@@ -46,6 +61,7 @@ from harness_app.harness import compress, dedup, graph, working_memory  # noqa: 
 from harness_app.harness.budget import estimate_tokens  # noqa: E402
 from harness_app.harness.config import HarnessConfig  # noqa: E402
 from harness_app.harness.env import SearchHarness  # noqa: E402
+from harness_app.harness.retrieval import BM25Index  # noqa: E402
 from harness_app.harness.text import analyze  # noqa: E402
 from harness_app.harness.types import Document, QuerySpec, SearchHit, ToolCall  # noqa: E402
 
@@ -92,7 +108,7 @@ class NumpyBM25:
                 rows, weights = self.index[term]
                 scores[rows] += weights
         order = np.argsort(-scores)[: k + len(exclude) + 1]
-        hits = []
+        hits: list[SearchHit] = []
         for i in order:
             if scores[i] <= 0 or len(hits) == k:
                 break
@@ -115,6 +131,47 @@ class NumpyBM25:
 
     def iter_documents(self) -> Iterator[Document]:
         return iter(self.docs.values())
+
+
+class TimedIndex:
+    """BM25Index with the time spent in search and document lookups kept apart.
+
+    `document_analysis` is passed through untimed: reading the stored analysis is part
+    of the harness's work, so it stays in the step figure.
+    """
+
+    def __init__(self, index: BM25Index) -> None:
+        self.index = index
+        self.seconds = 0.0
+
+    def search(
+        self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
+    ) -> list[SearchHit]:
+        start = time.perf_counter()
+        hits = self.index.search(query, k, exclude)
+        self.seconds += time.perf_counter() - start
+        return hits
+
+    def document(self, doc_id: str) -> Document:
+        start = time.perf_counter()
+        doc = self.index.document(doc_id)
+        self.seconds += time.perf_counter() - start
+        return doc
+
+    def document_analysis(self, doc: Document) -> Any:
+        return self.index.document_analysis(doc)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self.index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def iter_documents(self) -> Iterator[Document]:
+        return self.index.iter_documents()
+
+
+Retriever = NumpyBM25 | TimedIndex
 
 
 def load(path: Path) -> tuple[list[Document], list[QuerySpec]]:
@@ -179,13 +236,13 @@ class RandomPolicy:
 
 
 def run_episodes(
-    retriever: NumpyBM25, queries: list[QuerySpec], episodes: int, seed: int, cold: bool
+    retriever: Retriever, queries: list[QuerySpec], episodes: int, seed: int, cold: bool
 ) -> dict[str, list[float]]:
     rng = random.Random(seed)
     timings: dict[str, list[float]] = defaultdict(list)
     for query in rng.sample(queries, min(episodes, len(queries))):
         if cold:
-            clear_caches()
+            clear_caches(retriever)
         env = SearchHarness(retriever, config=HarnessConfig())
         env.reset(query)
         policy = RandomPolicy(rng, query.text)
@@ -202,11 +259,13 @@ def run_episodes(
     return timings
 
 
-def clear_caches() -> None:
+def clear_caches(retriever: Retriever | None = None) -> None:
+    if isinstance(retriever, TimedIndex):
+        retriever.index.forget_decoded_analyses()
     for cached in (
         compress._sentences,
         compress.sentence_view,
-        compress.sentence_bm25,
+        compress.sentence_weights,
         compress.compress,
         dedup.fingerprint,
         graph.extract_entities,
@@ -307,28 +366,69 @@ def wm_sizes(retriever: NumpyBM25, queries: list[QuerySpec], seed: int, n: int) 
         print(line)
 
 
-def per_document_costs(docs: list[Document], n: int = 2000) -> None:
+def per_document_costs(docs: list[Document], index: BM25Index | None, n: int = 2000) -> None:
     sample = docs[:n]
+    query = "who directed the film and where was it released"
     print(f"\nper-document analysis, cold cache, mean over {len(sample)} docs (µs)")
     for label, fn in (
-        ("sentence split + analyze + BM25Okapi", compress.sentence_view.__wrapped__),
+        ("sentence split + analyze + BM25 weights", compress.sentence_weights.__wrapped__),
         ("MinHash fingerprint + LSH bands", lambda d: dedup.fingerprint.__wrapped__(d.text)),
         ("entity extraction", graph.extract_entities.__wrapped__),
     ):
         start = time.perf_counter()
         for doc in sample:
             fn(doc)
-        print(f"  {label:<38} {(time.perf_counter() - start) / len(sample) * 1e6:.0f}")
-    index = dedup.DedupIndex()
+        print(f"  {label:<40} {(time.perf_counter() - start) / len(sample) * 1e6:.0f}")
+    if index is not None:
+        stored = [index.document(d.doc_id) for d in sample]
+        start = time.perf_counter()
+        for doc in stored:
+            analysis = index.document_analysis(doc)
+            assert analysis is not None
+            analysis.fingerprint()
+            analysis.entities()
+            analysis.compressed(query, 4, 300)
+        per = (time.perf_counter() - start) / len(sample) * 1e6
+        print(f"  read from the index: fingerprint + entities + compressed view {per:.0f}")
+    index_ = dedup.DedupIndex()
     for doc in sample[:500]:
-        index.add(doc.doc_id, doc.text)
+        index_.add(doc.doc_id, doc.text)
     for doc in sample[500:]:
         dedup.fingerprint(doc.text)  # warm, so the figure is the lookup alone
     start = time.perf_counter()
     for doc in sample[500:]:
-        index.near_duplicate_of(doc.text)
+        index_.near_duplicate_of(doc.text)
     per = (time.perf_counter() - start) / max(len(sample) - 500, 1) * 1e6
     print(f"  near-duplicate lookup vs 500 shown docs (warm) {per:.0f}")
+
+
+def build_index(docs: list[Document], directory: Path) -> BM25Index:
+    started = time.perf_counter()
+    index = BM25Index.build(docs, directory / "index")
+    seconds = time.perf_counter() - started
+    files = list(index.directory.iterdir())
+    total = sum(f.stat().st_size for f in files)
+    analysis = sum(f.stat().st_size for f in files if f.name.startswith("analysis."))
+    print(
+        f"BM25Index with stored analysis: built in {seconds:.1f}s "
+        f"(analysis {index.manifest['analysis_seconds']:.1f}s of it), "
+        f"{total / 2**20:.1f} MiB on disk (analysis {analysis / 2**20:.1f} MiB), "
+        f"{index.manifest['analysis_skipped']} docs without a stored analysis"
+    )
+    return index
+
+
+def run_modes(label: str, retriever: Retriever, queries: list[QuerySpec], args: Any) -> None:
+    n = args.episodes
+    clear_caches(retriever)
+    cold = run_episodes(retriever, queries, n // 4, args.seed, cold=True)
+    report_overhead(f"{label}, cold", cold)
+    clear_caches(retriever)
+    steady = run_episodes(retriever, queries, n, args.seed + 1, cold=False)
+    report_overhead(f"{label}, steady", steady)
+    run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False)  # fill, then replay
+    hot = run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False)
+    report_overhead(f"{label}, hot", hot)
 
 
 def main() -> None:
@@ -336,6 +436,12 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-freeze", action="store_true", help="skip gc.freeze()")
+    parser.add_argument(
+        "--analysis",
+        choices=["both", "computed", "stored"],
+        default="both",
+        help="where the per-document analysis comes from (see the module docstring)",
+    )
     args = parser.parse_args()
     path = data_dir()
     if not (path / "corpus.jsonl").is_file():
@@ -344,20 +450,24 @@ def main() -> None:
     docs, queries = load(path)
     started = time.perf_counter()
     retriever = NumpyBM25(docs)
-    if not args.no_freeze:
-        gc.freeze()
     print(
         f"hotpotqa-dev500: {len(docs)} docs, {len(queries)} queries; "
-        f"index built in {time.perf_counter() - started:.1f}s; python {sys.version.split()[0]}"
+        f"numpy index built in {time.perf_counter() - started:.1f}s; "
+        f"python {sys.version.split()[0]}"
     )
-    per_document_costs(docs)
-    n = args.episodes
-    report_overhead("cold", run_episodes(retriever, queries, n // 4, args.seed, cold=True))
-    clear_caches()
-    report_overhead("steady", run_episodes(retriever, queries, n, args.seed + 1, cold=False))
-    run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False)  # fill, then replay
-    report_overhead("hot", run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False))
-    wm_sizes(retriever, queries, args.seed, n=20)
+    work = Path(tempfile.mkdtemp(prefix="bench-harness-"))
+    try:
+        index = build_index(docs, work) if args.analysis != "computed" else None
+        if not args.no_freeze:
+            gc.freeze()
+        per_document_costs(docs, index)
+        if args.analysis != "stored":
+            run_modes("computed", retriever, queries, args)
+        if index is not None:
+            run_modes("stored", TimedIndex(index), queries, args)
+        wm_sizes(retriever, queries, args.seed, n=20)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,8 @@ def load_token_ids(work: Path) -> tuple[list[list[int]], list[str]]:
 
 def worker_ours_build(corpus: Path, work: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    index = BM25Index.build(iter_corpus(corpus), work / "ours")
+    # Retrieval only, as the systems it is compared with (no stored harness analysis).
+    index = BM25Index.build(iter_corpus(corpus), work / "ours", analysis=False)
     build_s = time.perf_counter() - started
     return {
         "build_s": round(build_s, 2),

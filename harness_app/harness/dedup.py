@@ -56,20 +56,24 @@ def fingerprint(text: str) -> Fingerprint:
     else:
         grams = [" ".join(tokens[i : i + SHINGLE_WORDS]) for i in range(len(tokens) - 2)]
     shingles = frozenset(zlib.crc32(g.encode()) for g in grams)
-    return Fingerprint(len(tokens), shingles, _bands(_signature(shingles)))
+    return Fingerprint(len(tokens), shingles, bands_of(signature(shingles).tobytes()))
 
 
-def _signature(shingles: frozenset[int]) -> npt.NDArray[np.uint64]:
+def signature(shingles: frozenset[int]) -> npt.NDArray[np.uint32]:
+    """The NUM_PERM MinHash values (each below 2**32) of a shingle set."""
     values = np.fromiter(shingles, dtype=np.uint64, count=len(shingles)).reshape(1, -1)
     # Multiply-shift universal hashing: uint64 arithmetic wraps, keep the high 32 bits.
     hashed = (values * _MULT + _ADD) >> _SHIFT
-    return np.asarray(hashed.min(axis=1), dtype=np.uint64)
+    return np.asarray(hashed.min(axis=1), dtype=np.uint32)
 
 
-def _bands(signature: npt.NDArray[np.uint64]) -> tuple[bytes, ...]:
-    raw = signature.astype(np.uint32).tobytes()
-    width = ROWS * 4
-    return tuple(bytes([b]) + raw[b * width : (b + 1) * width] for b in range(BANDS))
+# Each band key: the band's number (one byte), then its ROWS values' bytes.
+_BAND_SLICES = tuple((bytes([b]), b * ROWS * 4, (b + 1) * ROWS * 4) for b in range(BANDS))
+
+
+def bands_of(raw: bytes) -> tuple[bytes, ...]:
+    """LSH band keys from a signature's bytes (NUM_PERM uint32 values, as `tobytes` gives)."""
+    return tuple([number + raw[start:end] for number, start, end in _BAND_SLICES])
 
 
 def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
@@ -95,7 +99,10 @@ class DedupIndex:
 
     def near_duplicate_of(self, text: str) -> str | None:
         """The id of an indexed document whose text is a near-duplicate, if any."""
-        fp = fingerprint(text)
+        return self.near_duplicate(fingerprint(text))
+
+    def near_duplicate(self, fp: Fingerprint) -> str | None:
+        """As `near_duplicate_of`, for a fingerprint already at hand."""
         if fp.n_words < MIN_WORDS:
             return None
         checked: set[str] = set()
@@ -109,9 +116,12 @@ class DedupIndex:
         return None
 
     def add(self, doc_id: str, text: str) -> None:
+        if doc_id not in self._shingles:
+            self.add_fingerprint(doc_id, fingerprint(text))
+
+    def add_fingerprint(self, doc_id: str, fp: Fingerprint) -> None:
         if doc_id in self._shingles:
             return
-        fp = fingerprint(text)
         if fp.n_words < MIN_WORDS:
             return
         self._shingles[doc_id] = fp.shingles

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness_app.harness.types import Document
 
@@ -72,8 +72,9 @@ _ARTICLES = ("the ", "a ", "an ")
 _ACRONYM_STOP = frozenset({"II", "III", "IV", "VI", "VII", "VIII", "IX", "XI", "XII", "TV"})
 
 
-@dataclass(frozen=True, slots=True)
-class Mention:
+class Mention(NamedTuple):
+    """One entity of a document (a tuple: cheap to build, whether extracted or read)."""
+
     key: str
     label: str
     kind: str
@@ -206,10 +207,15 @@ class EvidenceGraph:
     docs: dict[str, GraphDoc] = field(default_factory=dict)
     bridges: list[str] = field(default_factory=list)
 
-    def add_document(self, doc: Document, turn: int) -> None:
+    def add_document(
+        self, doc: Document, turn: int, mentions: Sequence[Mention] | None = None
+    ) -> None:
+        """Add `doc`'s node and edges; `mentions` are its entities if already extracted
+        (e.g. read from the index), else `extract_entities(doc)`."""
         if doc.doc_id in self.docs:
             return
-        mentions = extract_entities(doc)
+        if mentions is None:
+            mentions = extract_entities(doc)
         self.docs[doc.doc_id] = GraphDoc(doc.doc_id, doc.title, turn, [m.key for m in mentions])
         for mention in mentions:
             entity = self.entities.get(mention.key)

@@ -3,9 +3,10 @@
 `ToolRunner` receives arguments already validated against the tool's schema (tools.py) and
 raises `ToolFailure` for problems only the state can detect, such as an id never shown;
 the environment turns that into a format-error result. Everything a document contributes
-(compressed view, fingerprint, entities) is cached per document content in the mechanism
-modules, so handlers stay cheap and episodes with different ablations share nothing
-mutable.
+(compressed view, fingerprint, entities) comes from its `DocAnalysis` (analysis.py): read
+from the corpus index when the retriever stored one, else computed and cached per document
+content in the mechanism modules; so handlers stay cheap and episodes with different
+ablations share nothing mutable.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from itertools import chain, zip_longest
 from typing import Any
 
 from harness_app.harness.ablation import Ablation
-from harness_app.harness.compress import clip, compress, leading_snippet
+from harness_app.harness.analysis import DocAnalysis, analysis_provider
+from harness_app.harness.compress import clip, leading_snippet
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.curation import apply_curation
 from harness_app.harness.dedup import DedupIndex
@@ -40,7 +42,7 @@ from harness_app.harness.tools import (
     VERIFY,
 )
 from harness_app.harness.types import Document, Retriever, SearchHit
-from harness_app.harness.verify import Verifier
+from harness_app.harness.verify import LexicalVerifier, Verifier
 from harness_app.harness.working_memory import doc_label
 
 _BACKFILL_ROUNDS = 3
@@ -70,6 +72,7 @@ class ToolRunner:
         self.ablation = ablation
         self.verifier = verifier
         self.dedup = dedup
+        self.analysis = analysis_provider(retriever)
         self.new_shown: list[str] = []
         self.events_from = 0
         self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
@@ -94,7 +97,8 @@ class ToolRunner:
         """Re-derive the dedup index from document memory after a restore."""
         if self.ablation.dedup:
             for doc_id in self.state.memory:
-                self.dedup.add(doc_id, _fingerprint_text(self.retriever.document(doc_id)))
+                doc = self.retriever.document(doc_id)
+                self.dedup.add_fingerprint(doc_id, self.analysis(doc).fingerprint())
 
     # -- search tools ----------------------------------------------------------------------
 
@@ -149,26 +153,21 @@ class ToolRunner:
     ) -> str:
         """The hit's result line, or "" when it is hidden as a near-duplicate."""
         doc = self.retriever.document(hit.doc_id)
-        kept = self._near_duplicate(doc)
+        analysis = self.analysis(doc)
+        kept = self.dedup.near_duplicate(analysis.fingerprint()) if self.ablation.dedup else None
         if kept is not None:
             self.state.suppressed[doc.doc_id] = kept
             if self.config.hidden_duplicates_count_as_shown:
                 self._mark_shown(doc.doc_id)
             hidden.append((doc.doc_id, kept))
             return ""
-        view = self._view(doc, query)
-        self._register(doc, view, score=hit.score, query=query, source=tool)
-        return f"- {doc_label(doc.doc_id, doc.title)} ({hit.score:.3g}): {view}"
-
-    def _near_duplicate(self, doc: Document) -> str | None:
-        if not self.ablation.dedup:
-            return None
-        return self.dedup.near_duplicate_of(_fingerprint_text(doc))
-
-    def _view(self, doc: Document, query: str) -> str:
         if self.ablation.compression:
-            return compress(doc, query, self.config.compress_sentences, self.config.sentence_chars)
-        return leading_snippet(doc, self.config.snippet_chars)
+            config = self.config
+            view = analysis.compressed(query, config.compress_sentences, config.sentence_chars)
+        else:
+            view = leading_snippet(doc, self.config.snippet_chars)
+        self._register(doc, view, score=hit.score, query=query, source=tool, analysis=analysis)
+        return f"- {doc_label(doc.doc_id, doc.title)} ({hit.score:.3g}): {view}"
 
     def _auto_seed(self, ranked_ids: list[str], first_search: bool) -> str:
         if not (self.ablation.auto_seed and first_search and ranked_ids) or self.state.curated:
@@ -332,7 +331,15 @@ class ToolRunner:
         self._require_shown(ids)
         lines = [f'claim "{clip(claim, 160)}":']
         for doc_id in ids:
-            verdict = self.verifier.verify(claim, self.retriever.document(doc_id))
+            doc = self.retriever.document(doc_id)
+            # The lexical verifier (not a subclass redefining verify) takes the stored view.
+            verifier = self.verifier
+            if isinstance(verifier, LexicalVerifier) and (
+                type(verifier).verify is LexicalVerifier.verify
+            ):
+                verdict = verifier.verify(claim, doc, self.analysis(doc).sentence_view())
+            else:
+                verdict = self.verifier.verify(claim, doc)
             if verdict.verdict not in VERDICTS:
                 raise ValueError(f"verifier returned unknown verdict {verdict.verdict!r}")
             record = VerificationRecord(
@@ -371,6 +378,7 @@ class ToolRunner:
         query: str,
         source: str,
         read: bool = False,
+        analysis: DocAnalysis | None = None,
     ) -> None:
         """Record a document whose content was just shown: P, D, G, dedup index, T."""
         state, doc_id = self.state, doc.doc_id
@@ -385,10 +393,12 @@ class ToolRunner:
         if memory is None:
             snippet = clip(view, self.config.memory_snippet_chars)
             state.memory[doc_id] = MemoryEntry(doc_id, doc.title, snippet, state.turn, read)
-            if self.ablation.evidence_graph:
-                state.graph.add_document(doc, state.turn)
-            if self.ablation.dedup:
-                self.dedup.add(doc_id, _fingerprint_text(doc))
+            if self.ablation.evidence_graph or self.ablation.dedup:
+                analysis = analysis or self.analysis(doc)
+                if self.ablation.evidence_graph:
+                    state.graph.add_document(doc, state.turn, analysis.entities())
+                if self.ablation.dedup:
+                    self.dedup.add_fingerprint(doc_id, analysis.fingerprint())
         elif read:
             memory.read = True
         self._mark_shown(doc_id)
@@ -423,10 +433,6 @@ def _not_shown_message(ids: list[str], state: HarnessState) -> str:
             "doc, or read_document the hidden one first"
         )
     return "; ".join(parts)
-
-
-def _fingerprint_text(doc: Document) -> str:
-    return doc.text or doc.title
 
 
 def _unique(ids: list[str]) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from harness_app.harness.compress import clip, sentence_view
+from harness_app.harness.compress import SentenceView, clip, sentence_view
 from harness_app.harness.text import analyze
 from harness_app.harness.types import Document
 
@@ -53,11 +53,13 @@ class LexicalVerifier:
         self.supported_at = supported_at
         self.unsupported_below = unsupported_below
 
-    def verify(self, claim: str, document: Document) -> Verdict:
+    def verify(self, claim: str, document: Document, view: SentenceView | None = None) -> Verdict:
+        """`view`: the document's sentence view when already at hand (e.g. read from the
+        index); only which terms each sentence contains matters, not their order."""
         claim_terms = set(analyze(claim))
         if not claim_terms:
             return Verdict("unclear", 0.0, ())
-        view = sentence_view(document)
+        view = view or sentence_view(document)
         title_terms = set(analyze(document.title))
         coverage = [len(claim_terms.intersection(t)) / len(claim_terms) for t in view.terms]
         seen = title_terms.union(*view.terms) if view.terms else title_terms

@@ -9,6 +9,8 @@ Layout of an index directory (all arrays are .npy, opened with mmap_mode="r"):
     postings.indptr.npy    int64, one row per term (CSR, term-major)
     postings.docs.npy      int32 document positions, ascending within a row
     postings.weights.npy   float32 BM25 weight of each (term, doc), idf included
+    analysis.*             each document's query-independent analysis (analysis_store.py),
+                           unless built with analysis=False; `document_analysis` reads it
 
 A query adds the rows of its terms into a dense float32 buffer (one per thread, reused and
 re-zeroed only where it was touched) and selects the top k with argpartition. When the rows
@@ -26,12 +28,15 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from harness_app.harness.analysis import ANALYSIS_VERSION
+from harness_app.harness.retrieval.analysis_store import AnalysisStore, StoredAnalysis
 from harness_app.harness.retrieval.builder import (
     FORMAT,
     FORMAT_VERSION,
@@ -54,6 +59,9 @@ Row = tuple[int, int, int]
 _SPARSE_SHARE = 0.25
 # Query terms repeat across queries; remembering where their rows are skips the hashing.
 _ROW_CACHE_LIMIT = 100_000
+# Documents whose decoded analysis is kept, about 18 kB each: the size of the caches the
+# computed analysis uses (compress.py, dedup.py, graph.py), which then stay empty.
+_ANALYSIS_CACHE = 16384
 
 
 class BM25IndexError(Exception):
@@ -81,7 +89,12 @@ class BM25Index:
         self._weights = load_array(directory / POSTINGS_WEIGHTS)
         self._local = threading.local()
         self._rows: dict[str, tuple[int, int]] = {}  # term -> postings slice; (0, 0) if absent
+        self._positions: dict[str, int] = {}  # doc id -> position, for hits just returned
         self._check_shapes()
+        self._analysis = AnalysisStore(directory, len(self)) if manifest.get("analysis") else None
+        # Decoded analyses of recently shown documents: the samples of a GRPO group, and
+        # questions over the same corpus, show the same documents again. Thread-safe.
+        self._decoded = lru_cache(maxsize=_ANALYSIS_CACHE)(self._decode_analysis)
 
     # --- construction ---------------------------------------------------------------
 
@@ -93,8 +106,12 @@ class BM25Index:
         *,
         k1: float = 0.9,
         b: float = 0.4,
+        analysis: bool = True,
     ) -> BM25Index:
         """Index `documents` into `directory` (replacing what is there) and open it.
+
+        `analysis=False` leaves out the stored per-document analysis (a retrieval-only
+        index, quicker to build; the harness then computes the analysis itself).
 
         The files are written to a sibling temporary directory that is renamed into place
         only when complete, so a crash or a concurrent reader never sees half an index.
@@ -103,7 +120,7 @@ class BM25Index:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
         try:
-            builder = IndexBuilder(staging, k1=k1, b=b)
+            builder = IndexBuilder(staging, k1=k1, b=b, analysis=analysis)
             for doc in documents:
                 builder.add(doc)
             builder.finish()
@@ -162,10 +179,32 @@ class BM25Index:
         return isinstance(doc_id, str) and self._store.ids.lookup(doc_id) >= 0
 
     def document(self, doc_id: str) -> Document:
-        position = self._store.ids.lookup(doc_id)
+        position = self._position(doc_id)
         if position < 0:
             raise KeyError(doc_id)
         return self._store.get(position)
+
+    def document_analysis(self, doc: Document) -> StoredAnalysis | None:
+        """The stored analysis of `doc` (one this index served), or None without one.
+
+        Decoded parts are kept for the last `_ANALYSIS_CACHE` documents asked for.
+        """
+        if self._analysis is None:
+            return None
+        position = self._position(doc.doc_id)
+        return None if position < 0 else self._decoded(position, doc)
+
+    def _decode_analysis(self, position: int, doc: Document) -> StoredAnalysis | None:
+        assert self._analysis is not None
+        return self._analysis.get(position, doc)
+
+    def forget_decoded_analyses(self) -> None:
+        """Empty the cache of decoded analyses (benchmarks of a fresh process)."""
+        self._decoded.cache_clear()
+
+    def _position(self, doc_id: str) -> int:
+        position = self._positions.get(doc_id)
+        return self._store.ids.lookup(doc_id) if position is None else position
 
     def iter_documents(self) -> Iterator[Document]:
         return iter(self._store)
@@ -184,10 +223,15 @@ class BM25Index:
             excluded = excluded[excluded >= 0]
         positions, scores = self._score(rows, excluded)
         top = _top_k(positions, scores, k)
-        hits = zip(positions[top].tolist(), scores[top].tolist(), strict=True)
+        hits = list(zip(positions[top].tolist(), scores[top].tolist(), strict=True))
+        found = [self._store.ids[p] for p, _ in hits]
+        # The caller usually asks for these documents next; spare it the id lookups.
+        if len(self._positions) > _ROW_CACHE_LIMIT:
+            self._positions.clear()  # other threads only ever .get() from it
+        self._positions.update(zip(found, (p for p, _ in hits), strict=True))
         return [
-            SearchHit(doc_id=self._store.ids[p], score=float(s), rank=rank)
-            for rank, (p, s) in enumerate(hits, 1)
+            SearchHit(doc_id=doc_id, score=float(s), rank=rank)
+            for rank, (doc_id, (_, s)) in enumerate(zip(found, hits, strict=True), 1)
         ]
 
     # --- scoring ----------------------------------------------------------------------
@@ -294,6 +338,11 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     if manifest.get("version") != FORMAT_VERSION:
         raise StaleIndexError(
             f"{path} has format version {manifest.get('version')}, this code reads {FORMAT_VERSION}"
+        )
+    if manifest.get("analysis") not in (None, ANALYSIS_VERSION):
+        raise StaleIndexError(
+            f"{path} stores document analysis {manifest.get('analysis')!r}, "
+            f"this code computes {ANALYSIS_VERSION!r}"
         )
     if manifest.get("analyzer") != ANALYZER_VERSION:
         raise StaleIndexError(

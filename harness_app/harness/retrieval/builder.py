@@ -5,6 +5,13 @@ stays in memory is the vocabulary, one length per document and the postings as c
 (term, doc, tf) arrays, 12 bytes each. At the end the postings are scattered, chunk by
 chunk, into term-major arrays written through memory maps, with the BM25 weight of every
 (term, doc) pair precomputed so a query only adds numbers.
+
+Unless built with `analysis=False`, each document's query-independent analysis (sentences,
+sentence weights, fingerprint, entities: analysis.py) is computed in the same pass and
+stored beside the postings (analysis_store.py), so workers never compute it.
+
+Format versions: 1, postings and documents; 2 (2026-11-23), the stored analysis and the
+manifest's "analysis" field. A directory of another version is stale and gets rebuilt.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.format import open_memmap
 
+from harness_app.harness.analysis import ANALYSIS_VERSION
 from harness_app.harness.retrieval import lucene
+from harness_app.harness.retrieval.analysis_store import AnalysisWriter
 from harness_app.harness.retrieval.store import (
     ContentHasher,
     DocumentStoreWriter,
@@ -30,7 +39,7 @@ from harness_app.harness.text import ANALYZER_VERSION, analyze
 from harness_app.harness.types import Document
 
 FORMAT = "harness-bm25"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 POSTINGS_INDPTR = "postings.indptr.npy"
 POSTINGS_DOCS = "postings.docs.npy"
@@ -50,8 +59,10 @@ def indexed_text(doc: Document) -> str:
 class IndexBuilder:
     """Feed documents with `add`, then `finish` writes the postings and the manifest."""
 
-    def __init__(self, directory: Path, *, k1: float, b: float) -> None:
+    def __init__(self, directory: Path, *, k1: float, b: float, analysis: bool = True) -> None:
         self.directory = directory
+        self.analysis = AnalysisWriter(directory) if analysis else None
+        self.analysis_seconds = 0.0
         self.k1, self.b = k1, b
         self.started = time.perf_counter()
         self.store = DocumentStoreWriter(directory)
@@ -71,6 +82,10 @@ class IndexBuilder:
         # setdefault with len(vocab) hands a new term the next free id in one dict probe
         self._tokens.extend([vocab.setdefault(t, len(vocab)) for t in terms])
         self.lengths.append(len(terms))
+        if self.analysis is not None:
+            started = time.perf_counter()
+            self.analysis.add(doc)
+            self.analysis_seconds += time.perf_counter() - started
         if len(self._tokens) >= _CHUNK_TOKENS:
             self._flush()
 
@@ -98,6 +113,8 @@ class IndexBuilder:
         self._flush()
         self.store.close()
         self.store.check_unique_ids()
+        if self.analysis is not None:
+            self.analysis.close()
         terms = StringTableWriter(self.directory, "terms")
         terms.extend(self.vocab)  # dict order is id order
         terms.close()
@@ -119,7 +136,10 @@ class IndexBuilder:
             "total_terms": total_terms,
             "avgdl": avgdl,
             "content_hash": self.hasher.hexdigest(),
+            "analysis": ANALYSIS_VERSION if self.analysis is not None else None,
+            "analysis_skipped": self.analysis.skipped if self.analysis is not None else 0,
             "build_seconds": round(time.perf_counter() - self.started, 3),
+            "analysis_seconds": round(self.analysis_seconds, 3),
         }
         # The manifest goes last: a directory without one is an unfinished build.
         (self.directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

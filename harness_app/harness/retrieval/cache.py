@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from harness_app.harness.analysis import ANALYSIS_VERSION
 from harness_app.harness.beir import iter_corpus
 from harness_app.harness.retrieval.bm25 import BM25Index, BM25IndexError
 from harness_app.harness.retrieval.builder import FORMAT_VERSION
@@ -40,7 +41,7 @@ _lock = threading.Lock()
 
 def index_key(content_hash: str, *, k1: float = 0.9, b: float = 0.4) -> str:
     """Directory name for an index of this content built with these parameters."""
-    params = f"v{FORMAT_VERSION}|{ANALYZER_VERSION}|k1={k1!r}|b={b!r}"
+    params = f"v{FORMAT_VERSION}|{ANALYZER_VERSION}|{ANALYSIS_VERSION}|k1={k1!r}|b={b!r}"
     return f"bm25-{content_hash[:32]}-{hashlib.sha256(params.encode()).hexdigest()[:8]}"
 
 

@@ -76,7 +76,7 @@ def corpus_content_hash(documents: Iterable[Document]) -> str:
     return hasher.hexdigest()
 
 
-def _open_blob(path: Path) -> mmap.mmap | bytes:
+def open_blob(path: Path) -> mmap.mmap | bytes:
     with open(path, "rb") as handle:
         if handle.seek(0, 2) == 0:
             return b""  # mmap refuses empty files
@@ -126,7 +126,7 @@ class StringTable:
     """Read side of `StringTableWriter`: position -> string and string -> position."""
 
     def __init__(self, directory: Path, name: str) -> None:
-        self._blob = _open_blob(directory / f"{name}.bin")
+        self._blob = open_blob(directory / f"{name}.bin")
         self._offsets = load_array(directory / f"{name}.offsets.npy")
         self._hashes = load_array(directory / f"{name}.hashes.npy")
         self._order = load_array(directory / f"{name}.order.npy")
@@ -216,7 +216,7 @@ class DocumentStore:
 
     def __init__(self, directory: Path) -> None:
         self.ids = StringTable(directory, "ids")
-        self._blob = _open_blob(directory / "docs.bin")
+        self._blob = open_blob(directory / "docs.bin")
         self._offsets = load_array(directory / "docs.offsets.npy")
         if len(self._offsets) != 2 * len(self.ids) + 1:
             raise ValueError("document store offsets do not match the number of ids")
