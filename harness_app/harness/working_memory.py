@@ -159,6 +159,10 @@ def _verifications(state: HarnessState, config: HarnessConfig) -> str:
 
 def _budget(state: HarnessState, config: HarnessConfig, exact_tokens: bool | None) -> str:
     status = BudgetStatus(
-        state.turns_used, config.max_turns, state.tokens_used, config.context_token_limit, exact_tokens
+        state.turns_used,
+        config.max_turns,
+        state.tokens_used,
+        config.context_token_limit,
+        exact_tokens,
     )
     return render_budget(status, config.budget_warnings)
