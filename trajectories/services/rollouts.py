@@ -402,15 +402,15 @@ def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
     reward = outcome.reward
     columns = _metric_columns(outcome.metrics)
     assert episode.batch_id is not None  # a claimed episode is a rollout
-    rule = RolloutBatch.objects.filter(pk=episode.batch_id).values_list("teacher_rule", flat=True)[
-        0
-    ]
+    batches = RolloutBatch.objects.filter(pk=episode.batch_id)
+    rule = batches.values_list("teacher_rule", flat=True).get()
     verdict: dict[str, Any] = {}
     if rule is not None and status == EpisodeStatus.COMPLETED:
-        failed = teacher_rule_failures(
+        # A teacher batch: the rule fixed at its creation decides the annotation queue.
+        unmet = teacher_rule_failures(
             rule, {**columns, "termination_reason": outcome.termination_reason}
         )
-        verdict = {"teacher_passed": not failed, "teacher_failures": failed}
+        verdict = {"teacher_passed": not unmet, "teacher_failures": unmet}
     Episode.objects.filter(pk=episode.pk).update(
         status=status,
         termination_reason=outcome.termination_reason,
