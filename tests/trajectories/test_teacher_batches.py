@@ -148,7 +148,7 @@ def _teacher_batch(benchmark, base_url: str, **extra):
 
 
 def test_a_teacher_without_token_ids_records_its_episodes_and_gets_the_key(
-    demo_benchmark, settings
+    demo_benchmark, settings, researcher_client
 ):
     with FakeOpenAIServer(actions=[SEARCH, END]) as fake:
         settings.TEACHER_BASE_URL = fake.base_url
@@ -167,6 +167,10 @@ def test_a_teacher_without_token_ids_records_its_episodes_and_gets_the_key(
     for call in calls:
         assert call.prompt_token_ids == [] and call.completion_token_ids == []
         assert call.completion_logprobs == []
+    # The viewer shows such an episode, token page included, without tokens to draw.
+    episode = batch.episodes.order_by("pk").first()
+    assert researcher_client.get(f"/episodes/{episode.pk}/").status_code == 200
+    assert researcher_client.get(f"/episodes/{episode.pk}/turns/0/tokens/").status_code == 200
     # The key lives in settings only, never in the batch's or the policy's record.
     assert KEY not in json.dumps(
         list(type(batch).objects.filter(pk=batch.pk).values()), default=str
