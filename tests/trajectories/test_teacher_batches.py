@@ -10,6 +10,7 @@ from django.test import TestCase
 
 from harness_app.models import PolicyConfig, PolicyKind, ToolCallFormat
 from tests.fakes.openai_server import FakeOpenAIServer
+from training.sft import records_render, rows_load
 from trajectories.models import Episode, EpisodeStatus, ModelCall
 from trajectories.rollout import episode_run
 from trajectories.selectors.batches import teacher_summary
@@ -167,6 +168,13 @@ def test_a_teacher_without_token_ids_records_its_episodes_and_gets_the_key(
     for call in calls:
         assert call.prompt_token_ids == [] and call.completion_token_ids == []
         assert call.completion_logprobs == []
+    # The SFT chat export falls back to the conversation itself (the trainer renders it with
+    # the student's chat template): the last request's messages plus the final reply.
+    chat = list(records_render(rows_load(list(batch.episodes.all()), fmt="chat"), fmt="chat"))
+    assert [rendered.how for _, rendered in chat] == ["request_messages"] * 3
+    for _, rendered in chat:
+        (record,) = rendered.records
+        assert record["messages"][-1]["content"] == json.dumps(END)
     # The viewer shows such an episode, token page included, without tokens to draw.
     episode = batch.episodes.order_by("pk").first()
     assert researcher_client.get(f"/episodes/{episode.pk}/").status_code == 200
