@@ -307,3 +307,12 @@ def test_the_api_takes_and_returns_the_rule_and_never_the_key(
     )
     assert bad.status_code == 400
     assert "turns_max" in bad.json()["teacher_rule"][0]
+
+
+def test_token_capture_can_only_be_switched_off_for_a_model_server(
+    researcher_api, demo_benchmark, baseline_policy
+):
+    body = {"benchmark": demo_benchmark.pk, "policy": baseline_policy.pk, "capture_tokens": False}
+    response = researcher_api.post("/api/batches/", body, format="json")
+    assert response.status_code == 400
+    assert "OpenAI-compatible policy" in response.json()["capture_tokens"][0]
