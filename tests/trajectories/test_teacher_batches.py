@@ -175,6 +175,11 @@ def test_a_teacher_without_token_ids_records_its_episodes_and_gets_the_key(
     for _, rendered in chat:
         (record,) = rendered.records
         assert record["messages"][-1]["content"] == json.dumps(END)
+    # The token export has nothing to train on and says so, episode by episode.
+    tokens = list(records_render(rows_load(list(batch.episodes.all()), fmt="tokens"), fmt="tokens"))
+    assert [(rendered.how, rendered.records) for _, rendered in tokens] == [
+        ("skipped:no_token_ids", [])
+    ] * 3
     # The viewer shows such an episode, token page included, without tokens to draw.
     episode = batch.episodes.order_by("pk").first()
     assert researcher_client.get(f"/episodes/{episode.pk}/").status_code == 200
