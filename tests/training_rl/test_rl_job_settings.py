@@ -165,6 +165,8 @@ def test_a_step_trains_with_the_jobs_substeps_and_lora_targets(
     m = step.metrics
     assert m["substeps"] == 2 and len(m["extra"]["grad_norms"]) == 2
     assert m["over_cap_sequences"] == 0 and m["gradient_checkpointing"] is False
-    config = json.loads((Path(step.produced.adapter_path) / "adapter_config.json").read_text())
+    produced = step.produced
+    assert produced is not None
+    config = json.loads((Path(produced.adapter_path) / "adapter_config.json").read_text())
     assert sorted(config["target_modules"]) == ["down_proj", "q_proj"] and config["r"] == 4
-    assert step.produced.policy.sampling["max_tokens"] == 64
+    assert produced.policy.sampling["max_tokens"] == 64
