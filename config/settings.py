@@ -182,6 +182,10 @@ VLLM_BASE_URL = env_str("VLLM_BASE_URL", "http://127.0.0.1:8011/v1")
 # The key vLLM was started with (--api-key), sent as a bearer token to VLLM_BASE_URL only:
 # a policy that names a server of its own never receives it.
 VLLM_API_KEY = env_str("VLLM_API_KEY", "")
+# A hosted OpenAI-compatible teacher (docs/rollouts.md, "Teacher batches"): its key is sent
+# as a bearer token to TEACHER_BASE_URL only, and is never stored in the database or shown.
+TEACHER_BASE_URL = env_str("TEACHER_BASE_URL", "")
+TEACHER_API_KEY = env_str("TEACHER_API_KEY", "")
 HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 2)
 
 LOGGING = {

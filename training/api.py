@@ -120,7 +120,7 @@ class RLJobViewSet(
                 base_policy=data.pop("base_policy"),
                 base_model_dir=data.pop("base_model_dir"),
                 name=data.pop("name"),
-                job_settings=rl_jobs.job_settings_from(data),
+                job_settings=rl_jobs.job_settings_from(data, given=set(request.data)),
                 created_by=request_user(request),
             )
         except rl_jobs.RLJobError as exc:

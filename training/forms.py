@@ -11,14 +11,36 @@ from django.conf import settings
 from harness_app.harness.reward import PRESET_KEY
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from training.models import RLAlgorithm
-from training.services.rl_jobs import MAX_GROUP_SIZE, MAX_LORA_RANK, MAX_STEPS, RLJobSettings
+from training.services.rl_job_settings import (
+    MAX_GROUP_SIZE,
+    MAX_LORA_RANK,
+    MAX_STEPS,
+    MAX_SUBSTEPS,
+    PRESETS,
+    RLJobSettings,
+)
 from trajectories.models import TerminationPolicy
 
 DEFAULTS = RLJobSettings()
+CHECKPOINTING_CHOICES = [("", "auto: on for CUDA, off on the CPU"), ("on", "on"), ("off", "off")]
+
+
+def _checkpointing(value: str) -> bool | None:
+    return {"on": True, "off": False}.get(value)
 
 
 class RLJobLaunchForm(forms.Form):
+    """With a preset, the preset fills every setting left at its default here; a field
+    changed from its default overrides the preset (the view passes `changed_data`)."""
+
     name = forms.CharField(required=False, max_length=200)
+    preset = forms.ChoiceField(
+        required=False,
+        choices=[("", "none: the settings below"), *((p, p) for p in sorted(PRESETS))],
+        help_text="harness1_gpu: Harness-1's recipe for a GPU (128 queries × 8 rollouts, "
+        "4 substeps, lr 1e-5, LoRA rank 32 on every linear layer, temperature 1, 2,048 "
+        "tokens per turn, 40 turns). Settings you change below override it.",
+    )
     benchmark = forms.ModelChoiceField(Benchmark.objects.order_by("name"))
     base_policy = forms.ModelChoiceField(
         PolicyConfig.objects.filter(kind=PolicyKind.OPENAI).order_by("name"),
@@ -46,6 +68,38 @@ class RLJobLaunchForm(forms.Form):
         help_text="At most the server's --max-lora-rank.",
         widget=forms.NumberInput({"min": 1, "max": MAX_LORA_RANK}),
     )
+    lora_targets = forms.CharField(
+        required=False,
+        initial=", ".join(DEFAULTS.lora_targets),
+        help_text="Module names LoRA adapts, comma-separated (e.g. q_proj, k_proj, v_proj, "
+        "o_proj, gate_proj, up_proj, down_proj).",
+    )
+    substeps = forms.IntegerField(
+        required=False,
+        initial=DEFAULTS.substeps,
+        help_text="Optimiser steps per batch: the batch is split into this many minibatches.",
+        widget=forms.NumberInput({"min": 1, "max": MAX_SUBSTEPS}),
+    )
+    tokens_per_turn = forms.IntegerField(
+        required=False,
+        help_text="max_tokens of each model call in the job's rollouts; blank: the policy's.",
+    )
+    temperature = forms.FloatField(
+        required=False, help_text="Rollout sampling temperature; blank: the policy's."
+    )
+    max_sequence_tokens = forms.IntegerField(
+        required=False,
+        help_text="Trajectories longer than this (prompt + response tokens) are left out of "
+        "training and counted in the step's metrics; blank: no cap.",
+    )
+    gradient_checkpointing = forms.TypedChoiceField(
+        required=False,
+        choices=CHECKPOINTING_CHOICES,
+        coerce=_checkpointing,
+        empty_value=None,
+        help_text="Activation checkpointing: recompute activations in backward to fit long "
+        "sequences.",
+    )
     cispo_eps_low = forms.FloatField(
         initial=DEFAULTS.cispo_eps_low, help_text="CISPO clips its weight to [1 − low, 1 + high]."
     )
@@ -69,6 +123,11 @@ class RLJobLaunchForm(forms.Form):
             'or overrides, e.g. {"preset": "harness1", "turn_penalty": 0.05}.'
         ),
     )
+
+    def clean_lora_targets(self) -> list[str] | None:
+        """A comma-separated list; blank leaves the default (or the preset's)."""
+        value = self.cleaned_data.get("lora_targets") or ""
+        return [part.strip() for part in value.split(",") if part.strip()] or None
 
     def clean_reward_weights(self) -> dict[str, Any]:
         """A bare preset name becomes {"preset": name}; the job checks the name."""

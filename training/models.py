@@ -136,6 +136,23 @@ class RLJob(models.Model):
     termination_policy = models.CharField(
         max_length=20, choices=TerminationPolicy.choices, default=TerminationPolicy.MAX_TURNS
     )
+    substeps = models.PositiveSmallIntegerField(
+        default=1, help_text="optimiser steps per batch, one per minibatch"
+    )
+    lora_targets = models.JSONField(default=list, help_text="module names LoRA adapts")
+    tokens_per_turn = models.PositiveIntegerField(
+        null=True, blank=True, help_text="max_tokens per model call; blank: the policy's own"
+    )
+    temperature = models.FloatField(
+        null=True, blank=True, help_text="sampling temperature; blank: the policy's own"
+    )
+    max_sequence_tokens = models.PositiveIntegerField(
+        null=True, blank=True, help_text="longer trajectories are dropped from training"
+    )
+    gradient_checkpointing = models.BooleanField(
+        null=True, blank=True, help_text="blank: on for CUDA, off on the CPU"
+    )
+    preset = models.CharField(max_length=40, blank=True, help_text="the named recipe used")
     status = models.CharField(
         max_length=12, choices=RLJobStatus.choices, default=RLJobStatus.QUEUED
     )

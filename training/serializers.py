@@ -16,7 +16,7 @@ from training.models import (
     RLStep,
     SFTExport,
 )
-from training.services.rl_jobs import RLJobSettings
+from training.services.rl_job_settings import PRESETS, RLJobSettings
 from trajectories.models import TerminationPolicy
 
 RL_DEFAULTS = RLJobSettings()
@@ -96,6 +96,33 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
     termination_policy = serializers.ChoiceField(
         choices=TerminationPolicy.choices, default=RL_DEFAULTS.termination_policy
     )
+    preset = serializers.ChoiceField(
+        choices=sorted(PRESETS),
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="a named recipe filling every setting the request does not give "
+        '("harness1_gpu": Harness-1 on a GPU)',
+    )
+    substeps = serializers.IntegerField(
+        default=RL_DEFAULTS.substeps, help_text="optimiser steps per batch, over minibatches"
+    )
+    lora_targets = serializers.ListField(
+        child=serializers.CharField(), default=lambda: list(RL_DEFAULTS.lora_targets)
+    )
+    tokens_per_turn = serializers.IntegerField(
+        required=False, allow_null=True, default=None, help_text="max_tokens per model call"
+    )
+    temperature = serializers.FloatField(required=False, allow_null=True, default=None)
+    max_sequence_tokens = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="longer trajectories are left out of training",
+    )
+    gradient_checkpointing = serializers.BooleanField(
+        required=False, allow_null=True, default=None, help_text="null: on for CUDA only"
+    )
 
 
 class PolicyVersionSerializer(serializers.ModelSerializer[PolicyVersion]):
@@ -163,6 +190,13 @@ class RLJobSerializer(serializers.ModelSerializer[RLJob]):
             "reward_weights",
             "max_turns",
             "termination_policy",
+            "preset",
+            "substeps",
+            "lora_targets",
+            "tokens_per_turn",
+            "temperature",
+            "max_sequence_tokens",
+            "gradient_checkpointing",
             "error",
             "created_by",
             "created_at",

@@ -341,7 +341,8 @@ def _occurrences(text: str, needle: str) -> Iterator[int]:
 
 
 def tokens_render(rows: EpisodeRows) -> Rendered:
-    if not rows.calls:
+    if not any(call.completion_ids for call in rows.calls):
+        # No calls, or a server that returned no token ids (a hosted teacher).
         return Rendered([], "skipped:no_token_ids")
     segments, breaks = reconstruct_prefix_merged(rows.calls)
     records = [

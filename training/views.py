@@ -49,7 +49,7 @@ def _launch(request: HttpRequest, form: RLJobLaunchForm) -> RLJob | None:
             benchmark=data["benchmark"],
             base_policy=data["base_policy"],
             base_model_dir=data["base_model_dir"],
-            job_settings=rl_jobs.job_settings_from(data),
+            job_settings=rl_jobs.job_settings_from(data, given=form.changed_data),
             name=data["name"],
             created_by=user,
         )

@@ -12,6 +12,7 @@ from django.db.models import Model
 from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import (
+    ENDED_REASONS,
     TERMINATION_REASONS,
     AnnotationStatus,
     EpisodeKind,
@@ -21,10 +22,12 @@ from trajectories.models import (
 from trajectories.selectors.episode_list import RANGE_FIELDS, SORTS
 from trajectories.services.ablations import MAX_RUNS, matrix_policies
 from trajectories.services.rollouts import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
+from trajectories.teacher_rule import RULE_KEYS, TeacherRuleError, teacher_rule_clean
 
 # The reasons docs/rollouts.md lists, offered as suggestions; any recorded reason filters.
 KNOWN_REASONS = TERMINATION_REASONS
 RATIO_FIELDS = ("curated_recall", "final_answer_recall", "trajectory_recall")
+_RATIO_ATTRS = {"step": "0.01", "min": "0", "max": "1", "inputmode": "decimal"}
 SORT_LABELS = {
     "newest": "Newest first",
     "oldest": "Oldest first",
@@ -144,6 +147,63 @@ class BatchLaunchForm(forms.Form):
         label="Switch off",
         help_text="Mechanisms to ablate; none checked runs the full harness.",
     )
+    # The teacher-batch section (docs/rollouts.md, "Teacher batches").
+    without_tokens = forms.BooleanField(
+        required=False,
+        label="The server returns no token ids",
+        help_text="For a hosted OpenAI-compatible API: plain chat completions, calls recorded "
+        "without tokens; SFT exports rebuild them with the student's chat template.",
+    )
+    teacher = forms.BooleanField(
+        required=False,
+        label="Teacher batch",
+        help_text="Only completed episodes that pass the filter rule below enter the "
+        "annotation queue; the others are kept, out of the queue.",
+    )
+    curated_recall_min = forms.FloatField(
+        required=False, label="Curated recall ≥", widget=forms.NumberInput(_RATIO_ATTRS)
+    )
+    final_answer_recall_min = forms.FloatField(
+        required=False, label="Final-answer recall ≥", widget=forms.NumberInput(_RATIO_ATTRS)
+    )
+    trajectory_recall_min = forms.FloatField(
+        required=False, label="Trajectory recall ≥", widget=forms.NumberInput(_RATIO_ATTRS)
+    )
+    format_errors_max = forms.IntegerField(
+        required=False, label="Format errors ≤", help_text="0: no format errors."
+    )
+    turns_max = forms.IntegerField(required=False, label="Turns ≤")
+    termination_reasons = forms.MultipleChoiceField(
+        required=False,
+        choices=[(r, r) for r in ENDED_REASONS],
+        widget=forms.CheckboxSelectMultiple,
+        label="Termination reason in",
+        help_text="None checked: any reason.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        """The rule is checked by teacher_rule_clean, so the form and the API agree; its
+        errors go on the clause's field. `teacher_rule` is None for an ordinary batch."""
+        data = super().clean() or {}
+        raw = {key: data.get(key) for key in RULE_KEYS}
+        data["teacher_rule"] = None
+        if not data.get("teacher"):
+            if any(value not in (None, "", []) for value in raw.values()):
+                self.add_error("teacher", "Tick “Teacher batch” to use a filter rule.")
+            return data
+        try:
+            data["teacher_rule"] = teacher_rule_clean(raw)
+        except TeacherRuleError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.detail)
+        return data
+
+    TEACHER_FIELDS = ("without_tokens", "teacher", *RULE_KEYS)
+
+    def main_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.fields if name not in self.TEACHER_FIELDS]
+
+    def teacher_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.TEACHER_FIELDS]
 
 
 class AblationMatrixLaunchForm(forms.Form):

@@ -38,10 +38,15 @@ def policy_version(config: PolicyConfig) -> str:
 
 
 def model_server_api_key(base_url: str) -> str:
-    """VLLM_API_KEY for the configured model server, "" for any other: a researcher's
-    policy may name its own server, which must not receive our key."""
-    if base_url.rstrip("/") == settings.VLLM_BASE_URL.rstrip("/"):
+    """VLLM_API_KEY for the configured model server, TEACHER_API_KEY for the configured
+    teacher server, "" for any other: a researcher's policy may name its own server, which
+    must not receive our keys."""
+    url = base_url.rstrip("/")
+    if url == settings.VLLM_BASE_URL.rstrip("/"):
         return str(settings.VLLM_API_KEY)
+    teacher = str(settings.TEACHER_BASE_URL).rstrip("/")
+    if teacher and url == teacher:
+        return str(settings.TEACHER_API_KEY)
     return ""
 
 
@@ -73,6 +78,7 @@ def policy_build(
         timeout_s=settings.VLLM_TIMEOUT_S,
         api_key=model_server_api_key(base_url) or "EMPTY",
         policy_version=policy_version(config),
+        capture_tokens=batch.capture_tokens,
     )
     chat_config = ChatPolicyConfig(
         system_prompt_version=config.system_prompt_version,
@@ -83,6 +89,9 @@ def policy_build(
         retries=settings.VLLM_RETRIES,
         context_mode=config.context_mode,
         context_limit=config.context_limit,
+        # Token-in needs vLLM's /tokenize and token ids; without token capture the policy
+        # sends plain chat completions, which any OpenAI-compatible server takes.
+        token_in=batch.capture_tokens,
     )
     return ChatPolicy(client, tools, chat_config, prefix_messages=prefix_messages)
 

@@ -44,6 +44,20 @@ class BatchCreateSerializer(serializers.Serializer[Any]):
         default=dict,
         help_text='weight overrides; {"preset": "harness1"} starts from a named preset',
     )
+    teacher_rule = serializers.DictField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="a teacher batch's filter rule, fixed once saved: curated_recall_min, "
+        "final_answer_recall_min, trajectory_recall_min (0 to 1), format_errors_max, "
+        "turns_max, termination_reasons (list); only passing episodes are queued for "
+        "annotation. null: not a teacher batch; {}: every completed episode passes",
+    )
+    capture_tokens = serializers.BooleanField(
+        default=True,
+        help_text="false for a server that returns no token ids (a hosted API): plain chat "
+        "completions, calls recorded without tokens",
+    )
 
 
 class BatchSerializer(serializers.ModelSerializer[RolloutBatch]):
@@ -68,6 +82,8 @@ class BatchSerializer(serializers.ModelSerializer[RolloutBatch]):
             "termination_policy",
             "query_limit",
             "reward_weights",
+            "teacher_rule",
+            "capture_tokens",
             "episodes_total",
             "episodes_completed",
             "episodes_failed",
@@ -86,7 +102,8 @@ class BatchStatusSerializer(BatchSerializer):
         fields = [*BatchSerializer.Meta.fields, "summary"]
 
     def get_summary(self, batch: RolloutBatch) -> dict[str, Any]:
-        """Termination reasons, first errors and metric means over completed episodes."""
+        """Termination reasons, first errors and metric means over completed episodes; for a
+        teacher batch, `teacher`: its rule, how many passed and failed, and failures per clause."""
         return dict(self.context.get("summary") or {})
 
 

@@ -15,5 +15,5 @@ exec "$LLM_DIR/venv/bin/python" -m vllm.entrypoints.openai.api_server \
     --max-model-len "${LLM_MAX_MODEL_LEN:-8192}" \
     --chat-template scripts/llm/chat_template.jinja \
     --enable-auto-tool-choice --tool-call-parser hermes \
-    --enable-lora --max-lora-rank 16 \
+    --enable-lora --max-lora-rank "${LLM_MAX_LORA_RANK:-16}" \
     "$@"

@@ -88,3 +88,29 @@ def test_unreachable_server_is_a_retryable_failure():
         client.complete(client.build_request([], Sampling()))
     assert info.value.kind == "model_unreachable"
     assert info.value.retryable
+
+
+def _hosted_reply(request: httpx.Request) -> httpx.Response:
+    """A hosted API's chat completion: no token ids, no logprobs."""
+    message = {"role": "assistant", "content": "done"}
+    body = {
+        "choices": [{"message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 1},
+    }
+    return httpx.Response(200, json=body)
+
+
+def test_a_server_without_token_ids_is_recorded_without_tokens_when_capture_is_off():
+    transport = httpx.MockTransport(_hosted_reply)
+    hosted = ChatClient("http://api.test/v1", "m", transport=transport, capture_tokens=False)
+    request = hosted.build_request([{"role": "user", "content": "hi"}], Sampling())
+    assert "return_token_ids" not in request  # a hosted API would refuse the parameter
+    record = hosted.complete(request)
+    assert record.message["content"] == "done" and record.finish_reason == "stop"
+    assert (record.prompt_token_ids, record.completion_token_ids) == ([], [])
+    assert record.completion_logprobs == []
+    # With capture on (vLLM expected), the same reply is a missing-capture failure.
+    capturing = ChatClient("http://api.test/v1", "m", transport=transport)
+    with pytest.raises(ModelCallError) as caught:
+        capturing.complete(capturing.build_request([{"role": "user", "content": "hi"}], Sampling()))
+    assert caught.value.kind == "token_capture_missing"

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import statistics
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,10 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
-from harness_app.harness.reward import RewardWeights
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind, ToolCallFormat
 from training.models import (
     RL_JOB_FINISHED,
     PolicyVersion,
-    RLAlgorithm,
     RLJob,
     RLJobStatus,
     RLStep,
@@ -49,84 +46,38 @@ from training.rl import publish
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
-from trajectories.models import BatchStatus, Episode, EpisodeStatus, TerminationPolicy
+from training.services.rl_job_settings import (
+    LORA_TARGETS_DEFAULT,
+    MAX_GROUP_SIZE,
+    MAX_LORA_RANK,
+    MAX_STEPS,
+    PRESETS,
+    RLJobError,
+    RLJobSettings,
+    job_settings_from,
+)
+from trajectories.models import BatchStatus, Episode, EpisodeStatus
 from trajectories.rollout import model_server_api_key
 from trajectories.services import rollouts
 
 log = logging.getLogger(__name__)
 
-MAX_GROUP_SIZE = 64
-MAX_STEPS = 10_000
-MAX_LORA_RANK = 64
 TRAIN_PACKAGES = ("torch", "transformers", "peft")
 
-
-class RLJobError(ValueError):
-    """An RL job request that cannot run; the message names the setting and the fix.
-
-    `field` is the rl_job_create argument or RLJobSettings field refused (the launch form
-    and the API show the message on it), or None when no single setting is at fault.
-    """
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-@dataclass(frozen=True)
-class RLJobSettings:
-    """What a job is asked to do; `check` refuses anything it could not run."""
-
-    group_size: int = 4
-    queries_per_step: int = 4
-    steps: int = 2
-    algorithm: str = RLAlgorithm.CISPO
-    cispo_eps_low: float = 1.0
-    cispo_eps_high: float = 4.0
-    grpo_eps: float = 0.2
-    learning_rate: float = 1e-5
-    lora_rank: int = 8
-    kl_beta: float = 0.0
-    normalize_std: bool = False
-    reward_weights: dict[str, Any] = field(default_factory=dict)
-    max_turns: int = 8
-    termination_policy: str = TerminationPolicy.MAX_TURNS
-
-    def check(self) -> None:
-        _in_range("group_size", self.group_size, 2, MAX_GROUP_SIZE)
-        _in_range("queries_per_step", self.queries_per_step, 1, 10_000)
-        _in_range("steps", self.steps, 1, MAX_STEPS)
-        _in_range("lora_rank", self.lora_rank, 1, MAX_LORA_RANK)
-        _in_range("max_turns", self.max_turns, 1, rollouts.MAX_TURNS_LIMIT)
-        if self.algorithm not in RLAlgorithm.values:
-            raise RLJobError(
-                f"algorithm {self.algorithm!r} is not one of {RLAlgorithm.values}",
-                field="algorithm",
-            )
-        if self.termination_policy not in TerminationPolicy.values:
-            raise RLJobError(
-                f"termination_policy {self.termination_policy!r} is not one of "
-                f"{TerminationPolicy.values}",
-                field="termination_policy",
-            )
-        if not (0 < self.learning_rate <= 1):
-            raise RLJobError(
-                f"learning_rate must be in (0, 1], got {self.learning_rate}",
-                field="learning_rate",
-            )
-        for name in ("cispo_eps_low", "cispo_eps_high", "grpo_eps", "kl_beta"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise RLJobError(f"{name} must be a finite number >= 0, got {value}", field=name)
-        try:
-            RewardWeights.from_json(self.reward_weights)
-        except (TypeError, ValueError) as exc:
-            raise RLJobError(f"reward_weights: {exc}", field="reward_weights") from exc
-
-
-def _in_range(name: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise RLJobError(f"{name} must be between {low} and {high}, got {value}", field=name)
+__all__ = [
+    "LORA_TARGETS_DEFAULT",
+    "MAX_GROUP_SIZE",
+    "MAX_LORA_RANK",
+    "MAX_STEPS",
+    "PRESETS",
+    "RLJobError",
+    "RLJobSettings",
+    "job_settings_from",
+    "rl_job_advance",
+    "rl_job_cancel",
+    "rl_job_create",
+    "rl_job_tick",
+]
 
 
 def _check_trainable_setup(base_policy: PolicyConfig, base_model_dir: str) -> None:
@@ -180,7 +131,7 @@ def rl_job_create(
         created_by=created_by if getattr(created_by, "pk", None) else None,
         **asdict(job_settings),
     )
-    PolicyVersion.objects.create(job=job, number=0, policy=base_policy)
+    PolicyVersion.objects.create(job=job, number=0, policy=_version0_policy(job))
     if enqueue:
         job_id = job.pk
         transaction.on_commit(lambda: rl_job_enqueue(job_id=job_id))
@@ -382,13 +333,20 @@ def _train(job: RLJob, step: RLStep, build: BatchBuild, timings: dict[str, float
         grpo_eps=job.grpo_eps,
         kl_beta=job.kl_beta,
         behaviour_logprobs=behaviour_logprobs(version.policy),
+        substeps=job.substeps,
+        max_sequence_tokens=job.max_sequence_tokens,
+        gradient_checkpointing=job.gradient_checkpointing,
     )
     started = time.perf_counter()
     trainer = job_trainer.trainer_for(
         job_trainer.TrainerKey(job.pk, version.number),
         model_dir=job.base_model_dir,
         adapter_dir=version.adapter_path or None,
-        lora=LoraSettings(rank=job.lora_rank, alpha=2 * job.lora_rank),
+        lora=LoraSettings(
+            rank=job.lora_rank,
+            alpha=2 * job.lora_rank,
+            target_modules=tuple(job.lora_targets or LORA_TARGETS_DEFAULT),
+        ),
         settings=trainer_settings,
         device=settings.RL_TRAIN_DEVICE,
     )
@@ -398,7 +356,25 @@ def _train(job: RLJob, step: RLStep, build: BatchBuild, timings: dict[str, float
     trained = step_metrics.to_json()
     trained.pop("seconds", None)
     trained["behaviour_logprobs"] = trainer_settings.behaviour_logprobs
+    trained["gradient_checkpointing"] = _checkpointing_on(trainer)
     return Trained(number, f"rl-job-{job.pk}-v{number}", out_dir, trained, trainer)
+
+
+def _checkpointing_on(trainer: Any) -> bool:
+    from training.rl import memory
+
+    return memory.gradient_checkpointing_on(trainer.model)
+
+
+def job_sampling(job: RLJob, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampling of the job's policies: the base policy's, with the job's tokens per
+    turn (max_tokens) and temperature where it sets them."""
+    sampling = dict(base)
+    if job.tokens_per_turn is not None:
+        sampling["max_tokens"] = job.tokens_per_turn
+    if job.temperature is not None:
+        sampling["temperature"] = job.temperature
+    return sampling
 
 
 def behaviour_logprobs(policy: PolicyConfig) -> str:
@@ -456,15 +432,16 @@ def _trainer_keep(key: tuple[int, int], trainer: Any) -> None:
     job_trainer.trainer_keep(job_trainer.TrainerKey(*key), trainer)
 
 
-def _version_create(job: RLJob, step: RLStep, produced: Trained) -> PolicyVersion:
+def _job_policy(job: RLJob, *, name: str, model: str) -> PolicyConfig:
+    """A policy of the job: the base policy's settings with the job's sampling."""
     base = job.base_policy
     policy, _ = PolicyConfig.objects.update_or_create(
-        name=produced.model_name,
+        name=name,
         defaults={
             "kind": PolicyKind.OPENAI,
             "base_url": base.base_url,
-            "model": produced.model_name,
-            "sampling": base.sampling,
+            "model": model,
+            "sampling": job_sampling(job, base.sampling or {}),
             "system_prompt_version": base.system_prompt_version,
             "tool_call_format": base.tool_call_format,
             "tool_parser": base.tool_parser,
@@ -472,6 +449,20 @@ def _version_create(job: RLJob, step: RLStep, produced: Trained) -> PolicyVersio
             "context_limit": base.context_limit,
         },
     )
+    return policy
+
+
+def _version0_policy(job: RLJob) -> PolicyConfig:
+    """The base policy, or, when the job sets its own tokens per turn or temperature, a
+    copy of it with them (the same served model) so version 0 samples as later ones do."""
+    base = job.base_policy
+    if job_sampling(job, base.sampling or {}) == (base.sampling or {}):
+        return base
+    return _job_policy(job, name=f"rl-job-{job.pk}-v0", model=base.model)
+
+
+def _version_create(job: RLJob, step: RLStep, produced: Trained) -> PolicyVersion:
+    policy = _job_policy(job, name=produced.model_name, model=produced.model_name)
     version, _ = PolicyVersion.objects.update_or_create(
         job=job,
         number=produced.number,
@@ -543,9 +534,3 @@ def build_metrics(build: BatchBuild) -> dict[str, Any]:
         "exclusions": build.exclusion_counts(),
         "chain_breaks": len(build.breaks),
     }
-
-
-def job_settings_from(data: Mapping[str, Any]) -> RLJobSettings:
-    """Settings from a form's or serializer's cleaned data (unknown keys ignored)."""
-    known = RLJobSettings.__dataclass_fields__
-    return RLJobSettings(**{k: v for k, v in data.items() if k in known and v is not None})

@@ -109,6 +109,12 @@ class RolloutBatch(models.Model):
     )
     query_limit = models.PositiveIntegerField(null=True, blank=True)
     reward_weights = models.JSONField(default=dict)
+    # A teacher batch's filter rule (trajectories/teacher_rule.py), fixed at creation: its
+    # completed episodes that pass enter the annotation queue. None: not a teacher batch.
+    teacher_rule = models.JSONField(null=True, blank=True)
+    # False for a server that returns no token ids (a hosted API): plain chat completions,
+    # calls recorded without tokens, exports rebuilt with the student's chat template.
+    capture_tokens = models.BooleanField(default=True)
     status = models.CharField(
         max_length=20, choices=BatchStatus.choices, default=BatchStatus.QUEUED
     )
@@ -192,6 +198,10 @@ class Episode(models.Model):
         max_length=16, choices=AnnotationStatus.choices, default=AnnotationStatus.NONE
     )
     annotation_count = models.PositiveSmallIntegerField(default=0)
+    # A teacher batch's verdict on the completed episode: True enters the annotation queue,
+    # False stays out of it with the failed clauses listed; None outside teacher batches.
+    teacher_passed = models.BooleanField(null=True, blank=True)
+    teacher_failures = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [

@@ -3,6 +3,7 @@ and a group's samples side by side."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.db.models import Avg, Count, F, Q, QuerySet, StdDev
 
 from harness_app.models import Qrel
 from trajectories.models import CuratedItem, Episode, EpisodeStatus, RolloutBatch, RolloutGroup
+from trajectories.teacher_rule import RULE_KEYS, clause_label
 
 GROUPS_PER_PAGE = 50
 AGGREGATE_FIELDS = (
@@ -87,6 +89,7 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
         "termination_reasons": reasons,
         "errors": list(failed.exclude(error="").values_list("error", flat=True)[:5]),
         "metrics": rounded(means),
+        "teacher": teacher_summary(batch=batch),
     }
 
 
@@ -205,3 +208,31 @@ def query_grades(*, query_id: int | None) -> dict[str, int]:
 def rounded(row: dict[str, Any]) -> dict[str, Any]:
     """The row with its floats to four places, as the pages and the API show figures."""
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def teacher_summary(*, batch: RolloutBatch) -> dict[str, Any] | None:
+    """A teacher batch's filter rule and how its completed episodes fared: how many passed
+    (and so entered the annotation queue), how many failed, and per clause how many failed
+    it (an episode failing two clauses counts in both). None for other batches. One query."""
+    rule = batch.teacher_rule
+    if rule is None:
+        return None
+    verdicts = Episode.objects.filter(batch=batch, teacher_passed__isnull=False).values_list(
+        "teacher_passed", "teacher_failures"
+    )
+    passed = failed = 0
+    by_clause: Counter[str] = Counter()
+    for ok, failures in verdicts:
+        passed += bool(ok)
+        failed += not ok
+        by_clause.update(failures or [])
+    return {
+        "rule": rule,
+        "passed": passed,
+        "failed": failed,
+        "clauses": [
+            {"clause": key, "label": clause_label(key, rule), "failed": by_clause[key]}
+            for key in RULE_KEYS  # jsonb does not keep the saved order
+            if key in rule
+        ],
+    }

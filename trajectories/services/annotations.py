@@ -10,7 +10,8 @@ The queue (`annotation_next`) gives each annotator one episode at a time under a
 `AnnotationLock`; the lock's unique episode column guarantees that two annotators never
 hold the same episode at once, and an expired lock is simply taken over. An episode keeps
 coming back to the queue until `overlap` distinct annotators have labelled it, and the
-queue never shows an annotator what the others said.
+queue never shows an annotator what the others said. Of a teacher batch's episodes, only
+those that passed the batch's filter rule (teacher_rule.py) are queued.
 """
 
 from __future__ import annotations
@@ -168,6 +169,8 @@ def _candidate_ids(
     episodes = (
         episodes_matching(filters=filters)
         .filter(status=EpisodeStatus.COMPLETED, annotation_count__lt=overlap)
+        # A teacher batch's episodes that failed its filter rule never enter the queue.
+        .exclude(teacher_passed=False)
         .filter(~Exists(taken), ~Exists(mine))
         # Episodes already labelled by others first: overlap sets complete sooner.
         .order_by("-annotation_count", "pk")

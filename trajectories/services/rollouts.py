@@ -48,6 +48,11 @@ from trajectories.models import (
     pack_floats,
     pack_ints,
 )
+from trajectories.teacher_rule import (
+    TeacherRuleError,
+    teacher_rule_clean,
+    teacher_rule_failures,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +101,17 @@ def batch_create(
     reward_weights: dict[str, Any] | None = None,
     prefixes: dict[str, list[dict[str, Any]]] | None = None,
     query_ids: Sequence[int] | None = None,
+    teacher_rule: Mapping[str, Any] | None = None,
+    capture_tokens: bool = True,
 ) -> RolloutBatch:
     """Create a batch with one group per query and one episode per sample; enqueue on commit.
 
     With `prefixes` (query external id → starting messages), the batch runs exactly those
     queries, each episode starting from its conversation. With `query_ids` (Query pks of
     the benchmark), it runs exactly those, as an RL step samples its slice of the split.
+    With `teacher_rule` (teacher_rule.py; {} passes every completed episode) it is a
+    teacher batch: only its completed episodes that pass the rule enter the annotation
+    queue. `capture_tokens=False` is for a server that returns no token ids.
     """
     _check_range("samples_per_query", samples_per_query, 1, MAX_SAMPLES_PER_QUERY)
     _check_range("max_turns", max_turns, 1, MAX_TURNS_LIMIT)
@@ -120,6 +130,16 @@ def batch_create(
         weights = RewardWeights.from_json(reward_weights or {})
     except (ValueError, TypeError) as exc:
         raise BatchParameterError(str(exc), field="reward_weights") from exc
+    rule = None
+    if teacher_rule is not None:
+        try:
+            rule = teacher_rule_clean(teacher_rule)
+        except TeacherRuleError as exc:
+            raise BatchParameterError(str(exc), field="teacher_rule") from exc
+    if not capture_tokens and policy.kind == PolicyKind.BASELINE:
+        raise BatchParameterError(
+            "capture_tokens only applies to an OpenAI-compatible policy", field="capture_tokens"
+        )
     queries = _batch_queries(benchmark, policy, prefixes)
     if query_ids is not None:
         queries = _only_queries(benchmark, queries, query_ids)
@@ -138,6 +158,8 @@ def batch_create(
         termination_policy=termination_policy,
         query_limit=query_limit,
         reward_weights=weights.to_json(),
+        teacher_rule=rule,
+        capture_tokens=capture_tokens,
         created_by=created_by if getattr(created_by, "pk", None) else None,
         episodes_total=len(queries) * samples_per_query,
     )
@@ -378,6 +400,17 @@ def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
     else:
         status = EpisodeStatus.FAILED if failed else EpisodeStatus.COMPLETED
     reward = outcome.reward
+    columns = _metric_columns(outcome.metrics)
+    assert episode.batch_id is not None  # a claimed episode is a rollout
+    batches = RolloutBatch.objects.filter(pk=episode.batch_id)
+    rule = batches.values_list("teacher_rule", flat=True).get()
+    verdict: dict[str, Any] = {}
+    if rule is not None and status == EpisodeStatus.COMPLETED:
+        # A teacher batch: the rule fixed at its creation decides the annotation queue.
+        unmet = teacher_rule_failures(
+            rule, {**columns, "termination_reason": outcome.termination_reason}
+        )
+        verdict = {"teacher_passed": not unmet, "teacher_failures": unmet}
     Episode.objects.filter(pk=episode.pk).update(
         status=status,
         termination_reason=outcome.termination_reason,
@@ -387,11 +420,11 @@ def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
         timings=outcome.timings or {},
         policy_version=outcome.policy_version,
         finished_at=timezone.now(),
-        **_metric_columns(outcome.metrics),
+        **columns,
+        **verdict,
     )
     if outcome.state is not None:
         final_state_record(episode=episode, state=outcome.state)
-    assert episode.batch_id is not None  # a claimed episode is a rollout
     _batch_progress(batch_id=episode.batch_id, ok=status == EpisodeStatus.COMPLETED)
     return True
 

@@ -46,10 +46,13 @@ def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
             termination_policy=data["termination_policy"],
             ablate=data["ablate"],
             query_limit=data["query_limit"],
+            teacher_rule=data["teacher_rule"],
+            capture_tokens=not data["without_tokens"],
         )
     except rollouts.BatchParameterError as exc:
         # A parameter the form does not offer (reward weights) is shown above the form.
-        form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+        field = "without_tokens" if exc.field == "capture_tokens" else exc.field
+        form.add_error(field if field in form.fields else None, str(exc))
         return None
 
 
@@ -61,6 +64,7 @@ def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "batch": batch,
         "metrics": batches.batch_metrics(batch=batch),
         "groups": batches.batch_groups_page(batch=batch, page=request.GET.get("page")),
+        "teacher": batches.teacher_summary(batch=batch),
     }
     return render(request, "trajectories/batch_detail.html", context)
 

@@ -97,9 +97,13 @@ class ChatClient:
         api_key: str = "EMPTY",
         policy_version: str = "",
         transport: httpx.BaseTransport | None = None,
+        capture_tokens: bool = True,
     ) -> None:
         self.model = model
         self.policy_version = policy_version
+        # False for a server that returns no token ids (a hosted API): chat requests do not
+        # ask for them, and a reply without them is recorded as a call with no tokens.
+        self.capture_tokens = capture_tokens
         # vLLM serves /tokenize beside /v1, at the server root.
         self.root_url = base_url.rstrip("/").removesuffix("/v1")
         self._http = httpx.Client(
@@ -121,7 +125,7 @@ class ChatClient:
             **sampling.to_request(),
             "logprobs": True,
             "top_logprobs": 0,
-            "return_token_ids": True,
+            **({"return_token_ids": True} if self.capture_tokens else {}),
             **extra,
         }
 
@@ -194,6 +198,8 @@ class ChatClient:
             record.response = response.json()
         except ValueError as exc:
             raise self._fail(record, started, "model_bad_response", "body is not JSON") from exc
+        if not self.capture_tokens and "prompt" not in request:
+            return _fill_without_tokens(record)
         return _fill_tokens(record)
 
     def _fail(
@@ -248,6 +254,18 @@ def _fill_tokens(record: ModelCallRecord) -> ModelCallRecord:
             f"{len(record.completion_logprobs)} logprobs",
             record,
         )
+    return record
+
+
+def _fill_without_tokens(record: ModelCallRecord) -> ModelCallRecord:
+    """A chat reply from a server that may return no token ids: the call is recorded with
+    no tokens at all (ids or logprobs alone cannot be trained on), so exports rebuild the
+    conversation from its messages with the student's chat template."""
+    body = record.response
+    choice = (body.get("choices") or [{}])[0]
+    record.finish_reason = choice.get("finish_reason") or ""
+    record.usage = body.get("usage") or {}
+    record.prompt_token_ids, record.completion_token_ids, record.completion_logprobs = [], [], []
     return record
 
 
