@@ -376,7 +376,7 @@ def _callback(
 ) -> Any:
     from transformers import TrainerCallback
 
-    class Report(TrainerCallback):  # type: ignore[misc]
+    class Report(TrainerCallback):
         """Progress to the caller after every log; a stop request ends training after
         the step in flight, with a checkpoint to resume from."""
 
@@ -591,8 +591,7 @@ def _fit(
         metrics["eval_loss_after"] = _num(final.get("eval_loss"))
         metrics["eval_action_logprob_after"] = action_logprob(trainer.model, held)
     adapter = out / ADAPTER
-    trainer.model.save_pretrained(str(adapter))
-    tokenizer.save_pretrained(str(adapter))
+    trainer.save_model(str(adapter))  # the peft adapter folder and the tokenizer
     metrics["seconds"] = time.perf_counter() - started
     return SFTResult("completed", adapter, newest_checkpoint(out), metrics, manifest)
 

@@ -198,6 +198,7 @@ def test_sft_learns_the_approved_trajectories(tmp_path, smollm2_dir):
     assert [p.step for p in points if p.eval_loss is not None][:3] == [0, 4, 8]
     assert m["tokens_per_s"] > 0 and m["train_tokens"] > 0
     # The adapter is a peft folder vLLM can load, at the rank asked for.
+    assert result.adapter_dir is not None
     config = json.loads((result.adapter_dir / "adapter_config.json").read_text())
     assert config["r"] == 8 and set(config["target_modules"]) == {"q_proj", "v_proj"}
     assert (result.adapter_dir / "adapter_model.safetensors").is_file()
