@@ -129,6 +129,9 @@ class SFTJob(models.Model):
         max_length=12, choices=SFTJobStatus.choices, default=SFTJobStatus.QUEUED
     )
     cancel_requested = models.BooleanField(default=False)
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="runs started; only the newest run's writes land"
+    )
     step = models.PositiveIntegerField(default=0, help_text="optimiser steps done")
     total_steps = models.PositiveIntegerField(default=0)
     history = models.JSONField(

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.db.models import F
 from django.test import override_settings
 
 from tests.training_sft.fake_trainer import SFTDataError, SFTProgress, SFTResult
@@ -341,3 +342,22 @@ def test_a_redelivered_running_job_resumes_from_what_its_dead_worker_saved(
     done = sft_job_run(job_id=job.pk)
     assert done is not None and done.status == SFTJobStatus.COMPLETED
     assert fake_trainer.calls[0]["resume"] is True
+
+
+def test_a_run_superseded_by_a_redelivery_stops_and_writes_nothing(
+    export, llm_policy, weights_dir, fake_trainer, lora_server
+):
+    def script(**kwargs):
+        kwargs["progress"](SFTProgress(1, 4, 0.25, 2.0, None, 1e-4, 100.0))
+        # The broker hands the task to another worker, which claims the job again.
+        SFTJob.objects.filter(pk=job.pk).update(attempt=F("attempt") + 1, history=[])
+        assert kwargs["should_stop"]()
+        kwargs["progress"](SFTProgress(2, 4, 0.5, 1.5, None, 1e-4, 100.0))
+        return SFTResult("completed", Path(kwargs["output_dir"]), None, {"steps": 2}, {})
+
+    fake_trainer.script = script
+    job = job_create(export, llm_policy, weights_dir)
+    after = sft_job_run(job_id=job.pk)
+    assert after is not None and after.status == SFTJobStatus.RUNNING  # the newer run's
+    assert after.history == [] and after.metrics == {} and after.policy is None
+    assert lora_server.loads == []

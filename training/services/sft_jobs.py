@@ -12,7 +12,10 @@ jobs (`RLJob.warm_start`) to use.
 Cancelling a running job asks the trainer to stop: it saves a checkpoint and returns, and
 the job is cancelled with that checkpoint, from which `sft_job_resume` goes on. A worker
 that dies mid-run leaves the job running; the redelivered task resumes it from the newest
-checkpoint the trainer saved (every save_steps), or from the start.
+checkpoint the trainer saved (every save_steps), or from the start. Each run claims the
+job with a new `attempt` number and writes only while it is the newest: a broker that
+redelivers a task still running (Redis after its visibility timeout) makes the older run
+stop at its next step, its outcome unwritten.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
@@ -183,10 +187,11 @@ def sft_job_resume(*, job: SFTJob, enqueue: bool = True) -> SFTJob:
     return locked
 
 
-def _job_fail(job_id: int, error: str, **fields: Any) -> None:
-    SFTJob.objects.filter(pk=job_id).exclude(status__in=SFT_JOB_FINISHED).update(
-        status=SFTJobStatus.FAILED, error=error, finished_at=timezone.now(), **fields
-    )
+def _job_fail(job_id: int, error: str, *, attempt: int | None = None) -> None:
+    rows = SFTJob.objects.filter(pk=job_id).exclude(status__in=SFT_JOB_FINISHED)
+    if attempt is not None:
+        rows = rows.filter(attempt=attempt)
+    rows.update(status=SFTJobStatus.FAILED, error=error, finished_at=timezone.now())
     log.warning("SFT job %s failed: %s", job_id, error)
 
 
@@ -203,9 +208,15 @@ def _job_claim(job_id: int) -> tuple[SFTJob, bool] | None:
         return None
     redelivered = claimed.status == SFTJobStatus.RUNNING
     claimed.status = SFTJobStatus.RUNNING
+    claimed.attempt += 1
     claimed.started_at = claimed.started_at or timezone.now()
-    claimed.save(update_fields=["status", "started_at"])
+    claimed.save(update_fields=["status", "attempt", "started_at"])
     return claimed, redelivered
+
+
+def _this_run(job: SFTJob) -> QuerySet[SFTJob]:
+    """The job's row while `job`'s run is the newest; no row once another run claimed it."""
+    return SFTJob.objects.filter(pk=job.pk, attempt=job.attempt)
 
 
 class _Progress:
@@ -213,7 +224,7 @@ class _Progress:
     and writes step, total and history at most once every PROGRESS_WRITE_S."""
 
     def __init__(self, job: SFTJob) -> None:
-        self.job_id = job.pk
+        self.job = job
         self.history: list[dict[str, Any]] = list(job.history or [])
         self.step = job.step
         self.total_steps = job.total_steps
@@ -241,13 +252,14 @@ class _Progress:
             self.written_at = now
 
     def flush(self) -> None:
-        SFTJob.objects.filter(pk=self.job_id).update(
+        _this_run(self.job).update(
             step=self.step, total_steps=self.total_steps, history=self.history
         )
 
 
-def _should_stop(job_id: int) -> bool:
-    return SFTJob.objects.filter(pk=job_id, cancel_requested=True).exists()
+def _should_stop(job: SFTJob) -> bool:
+    """Stop when a cancel is asked for, or when another run has claimed the job."""
+    return not _this_run(job).filter(cancel_requested=False).exists()
 
 
 def episode_of_line(export: SFTExport) -> list[int]:
@@ -288,14 +300,14 @@ def sft_job_run(*, job_id: int) -> SFTJob | None:
         _train_and_publish(job, trainer, progress, resume=resume)
     except refusals as exc:
         progress.flush()
-        _job_fail(job.pk, str(exc))
+        _job_fail(job.pk, str(exc), attempt=job.attempt)
     except DatabaseError:
         raise  # the database, not the job, is at fault
     except Exception as exc:
         # A crash would crash again on every retry: stop the job and say what happened.
         log.exception("SFT job %s: training failed", job.pk)
         progress.flush()
-        _job_fail(job.pk, f"{type(exc).__name__}: {exc}")
+        _job_fail(job.pk, f"{type(exc).__name__}: {exc}", attempt=job.attempt)
     return SFTJob.objects.filter(pk=job_id).first()
 
 
@@ -314,7 +326,7 @@ def _train_and_publish(
         episode_of_line=episode_of_line(job.export),
         chat_template=chat_template(),
         progress=progress,
-        should_stop=lambda: _should_stop(job.pk),
+        should_stop=lambda: _should_stop(job),
         resume=resume,
         device=settings.RL_TRAIN_DEVICE,
     )
@@ -326,11 +338,13 @@ def _train_and_publish(
         "finished_at": timezone.now(),
     }
     if result.status != "completed":
-        SFTJob.objects.filter(pk=job.pk).update(status=SFTJobStatus.CANCELLED, **outcome)
+        _this_run(job).update(status=SFTJobStatus.CANCELLED, **outcome)
         return
+    if not _this_run(job).exists():
+        return  # a newer run owns the job and publishes its own adapter
     job.adapter_path = str(result.adapter_dir)
     policy = _publish(job)
-    SFTJob.objects.filter(pk=job.pk).update(
+    _this_run(job).update(
         status=SFTJobStatus.COMPLETED,
         adapter_path=job.adapter_path,
         policy=policy,
