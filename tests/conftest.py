@@ -20,7 +20,7 @@ from harness_app.roles import Role
 from harness_app.services.benchmarks import benchmark_import
 from tests import factories
 from tests.chromium import LAUNCH_ARGS, ConsoleWatcher, chromium_path
-from tests.paths import shared_data_root
+from tests.paths import ROOT, shared_data_root
 from tests.workers import LiveWorker, start_worker
 from trajectories.models import Episode, RolloutBatch
 
@@ -49,6 +49,28 @@ def scifact_dir(shared_data: Path) -> Path:
     if not (path / "corpus.jsonl").is_file():
         pytest.skip(f"scifact not found under {shared_data}")
     return path
+
+
+def smollm2_model_dir() -> Path:
+    """SmolLM2-135M-Instruct as `make llm` lays it out (LLM_DIR overrides .llm/)."""
+    return Path(os.environ.get("LLM_DIR", ROOT / ".llm")) / "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    for package in ("torch", "transformers", "peft"):
+        pytest.importorskip(package, reason=f"the trainer needs {package} (the 'train' extra)")
+    path = smollm2_model_dir()
+    if not (path / "model.safetensors").is_file():
+        pytest.skip(f"no SmolLM2 safetensors folder at {path}: run `make llm` (or set LLM_DIR)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(smollm2_dir))
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
-"""Fixtures for the trainer and RL job tests: the local SmolLM2 folder, a folder that passes
-for model weights, and the fake model server whose runtime LoRA endpoints jobs publish to."""
+"""Fixtures for the trainer and RL job tests: a folder that passes for model weights, and
+the fake model server whose runtime LoRA endpoints jobs publish to (the SmolLM2 folder is
+shared: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,29 +11,6 @@ import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.paths import ROOT
-
-
-def model_dir() -> Path:
-    """SmolLM2-135M-Instruct as `make llm` lays it out (LLM_DIR overrides .llm/)."""
-    return Path(os.environ.get("LLM_DIR", ROOT / ".llm")) / "smollm2-135m-instruct"
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir() -> Path:
-    for package in ("torch", "transformers", "peft"):
-        pytest.importorskip(package, reason=f"the trainer needs {package} (the 'train' extra)")
-    path = model_dir()
-    if not (path / "model.safetensors").is_file():
-        pytest.skip(f"no SmolLM2 safetensors folder at {path}: run `make llm` (or set LLM_DIR)")
-    return path
-
-
-@pytest.fixture(scope="session")
-def tokenizer(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(smollm2_dir))
 
 
 @pytest.fixture
