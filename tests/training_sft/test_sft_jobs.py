@@ -11,8 +11,10 @@ import re
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.db.models import F
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from tests.training_sft.fake_trainer import SFTDataError, SFTProgress, SFTResult
 from tests.training_sft.jobs import job_create
@@ -361,3 +363,22 @@ def test_a_run_superseded_by_a_redelivery_stops_and_writes_nothing(
     assert after is not None and after.status == SFTJobStatus.RUNNING  # the newer run's
     assert after.history == [] and after.metrics == {} and after.policy is None
     assert lora_server.loads == []
+
+
+def test_progress_writes_at_most_once_a_second_and_always_the_last_step(
+    export, llm_policy, weights_dir, fake_trainer, lora_server
+):
+    writes: list[int] = []
+
+    def script(**kwargs):
+        with CaptureQueriesContext(connection) as queries:
+            for step in range(1, 51):
+                kwargs["progress"](SFTProgress(step, 50, step / 50, 1.0, None, 1e-4, 10.0))
+        writes.extend(1 for q in queries.captured_queries if q["sql"].startswith("UPDATE"))
+        raise SFTDataError("stop here")
+
+    fake_trainer.script = script
+    job = job_create(export, llm_policy, weights_dir)
+    failed = sft_job_run(job_id=job.pk)
+    assert len(writes) == 2  # the first step, then the last
+    assert failed is not None and failed.step == 50 and len(failed.history) == 50
