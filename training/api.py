@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from harness_app.api import ResearcherWrites, request_user
 from training import selectors
 from training.models import ExportStatus, RLJob, RLStep, SFTExport, SFTJob
+from training.rl.publish import PublishError
 from training.serializers import (
     ExportCreateSerializer,
     ExportSerializer,
@@ -202,11 +203,39 @@ class SFTJobViewSet(
         try:
             job = sft_jobs.sft_job_resume(job=job)
         except sft_jobs.SFTJobError as exc:
-            raise NotResumable(str(exc)) from None
+            raise JobStateConflict(str(exc)) from None
+        return Response(SFTJobSerializer(job).data)
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: SFTJobSerializer,
+            409: OpenApiResponse(description="the job has no trained adapter to publish"),
+            502: OpenApiResponse(description="the model server refused the adapter"),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def publish(self, request: Request, pk: str) -> Response:
+        """Serve the job's adapter: again after a vLLM restart, or, for a job whose publish
+        failed after training, for the first time (the job then completes)."""
+        job = self.get_object()
+        try:
+            sft_jobs.sft_job_publish(job=job)
+        except sft_jobs.SFTJobError as exc:
+            raise JobStateConflict(str(exc)) from None
+        except PublishError as exc:
+            raise ServerRefused(str(exc)) from None
+        job.refresh_from_db()
         return Response(SFTJobSerializer(job).data)
 
 
-class NotResumable(APIException):
+class ServerRefused(APIException):
+    status_code = status.HTTP_502_BAD_GATEWAY
+    default_detail = "the model server refused the adapter"
+    default_code = "server_refused"
+
+
+class JobStateConflict(APIException):
     status_code = status.HTTP_409_CONFLICT
-    default_detail = "the job cannot be resumed"
-    default_code = "not_resumable"
+    default_detail = "the job is not in a state for that"
+    default_code = "job_state"

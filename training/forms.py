@@ -179,7 +179,8 @@ class SFTJobLaunchForm(forms.Form):
     learning_rate = forms.FloatField(initial=SFT_DEFAULTS.learning_rate)
     lora_rank = forms.IntegerField(
         initial=SFT_DEFAULTS.lora_rank,
-        help_text="At most the server's --max-lora-rank.",
+        help_text="At most the server's --max-lora-rank, or its publish is refused "
+        "(scripts/llm/serve.sh: 16 on the CPU unless LLM_MAX_LORA_RANK raises it).",
         widget=forms.NumberInput({"min": 1, "max": MAX_LORA_RANK}),
     )
     lora_alpha = forms.IntegerField(initial=SFT_DEFAULTS.lora_alpha)

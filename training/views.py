@@ -186,13 +186,13 @@ def sft_job_resume(request: HttpRequest, pk: int) -> HttpResponse:
 @researcher_required
 @require_POST
 def sft_job_serve(request: HttpRequest, pk: int) -> HttpResponse:
-    """Load the adapter into its server again (after a vLLM restart)."""
+    """Serve the adapter: again after a vLLM restart, or after its publish failed."""
     job = _sft_job_or_404(pk)
     try:
-        loaded = sft_jobs.sft_job_ensure_served(job=job)
+        loaded = sft_jobs.sft_job_publish(job=job)
     except (sft_jobs.SFTJobError, PublishError) as exc:
         messages.error(request, str(exc))
     else:
-        said = "loaded again" if loaded else "was already served"
+        said = "is served" if loaded else "was already served"
         messages.success(request, f"SFT job {job.pk}'s adapter {said}.")
     return redirect("sft_job_detail", pk=job.pk)

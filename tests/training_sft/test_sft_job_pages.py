@@ -302,3 +302,20 @@ def test_an_exported_episode_links_to_training_sft_on_its_export(researcher_clie
     episode_id = export.items.values_list("episode_id", flat=True).first()
     page = researcher_client.get(f"/episodes/{episode_id}/").content.decode()
     assert f'href="/training/sft/new/?export={export.pk}"' in page
+
+
+def test_api_publishes_an_adapter_its_server_refused_once_it_takes_it(
+    export, llm_policy, weights_dir, fake_trainer, lora_server
+):
+    lora_server.refuse = {"load_lora_adapter": 500}
+    job = job_create(export, llm_policy, weights_dir)
+    sft_job_run(job_id=job.pk)
+    api = factories.client_for(factories.user("rae", Role.RESEARCHER))
+    refused = api.post(f"/api/sft-jobs/{job.pk}/publish/")
+    assert refused.status_code == 502 and "answered 500" in refused.json()["detail"]
+    lora_server.refuse = {}
+    page = api.post(f"/api/sft-jobs/{job.pk}/publish/")
+    assert page.status_code == 200
+    assert (page.json()["status"], page.json()["model"]) == ("completed", f"sft-job-{job.pk}")
+    queued = job_create(export, llm_policy, weights_dir)
+    assert api.post(f"/api/sft-jobs/{queued.pk}/publish/").status_code == 409

@@ -183,15 +183,29 @@ def test_an_unexpected_trainer_crash_fails_the_job_naming_the_exception(
     assert failed.error == "KeyError: 'lm_head'"
 
 
-def test_a_refused_publish_fails_the_job_with_the_servers_answer(
+def test_a_refused_publish_fails_the_job_keeping_the_adapter_to_publish_later(
     export, llm_policy, weights_dir, fake_trainer, lora_server
 ):
-    lora_server.refuse = {"load_lora_adapter": 404}
+    lora_server.refuse = {"load_lora_adapter": 500}  # vLLM: rank above --max-lora-rank
     job = job_create(export, llm_policy, weights_dir)
     failed = sft_job_run(job_id=job.pk)
     assert failed is not None and failed.status == SFTJobStatus.FAILED
-    assert "load_lora_adapter answered 404" in failed.error
-    assert failed.policy is None
+    assert "load_lora_adapter answered 500" in failed.error
+    assert f"the adapter is saved in {failed.adapter_path}" in failed.error
+    assert failed.policy is None and failed.metrics["eval_loss_after"] == 1.25
+    # Once the server takes it, publishing completes the job without training again.
+    lora_server.refuse = {}
+    assert sft_jobs.sft_job_publish(job=failed) is True
+    failed.refresh_from_db()
+    assert failed.status == SFTJobStatus.COMPLETED and failed.error == ""
+    assert failed.policy is not None and failed.policy.model == f"sft-job-{job.pk}"
+    assert len(fake_trainer.calls) == 1
+
+
+def test_only_a_trained_adapter_is_published(export, llm_policy, weights_dir):
+    job = job_create(export, llm_policy, weights_dir)
+    with pytest.raises(SFTJobError, match="is queued without a trained adapter to publish"):
+        sft_jobs.sft_job_publish(job=job)
 
 
 # --- cancel and resume -----------------------------------------------------------------------
@@ -266,9 +280,9 @@ def test_a_published_adapter_is_served_again_after_a_server_restart(
     job = job_create(export, llm_policy, weights_dir)
     done = sft_job_run(job_id=job.pk)
     assert done is not None
-    assert sft_jobs.sft_job_ensure_served(job=done) is False  # still served
+    assert sft_jobs.sft_job_publish(job=done) is False  # still served
     lora_server.models.discard(f"sft-job-{job.pk}")  # what a restart forgets
-    assert sft_jobs.sft_job_ensure_served(job=done) is True
+    assert sft_jobs.sft_job_publish(job=done) is True
     assert len(lora_server.loads) == 2
 
 

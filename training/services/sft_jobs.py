@@ -60,6 +60,7 @@ __all__ = [
     "sft_job_cancel",
     "sft_job_create",
     "sft_job_ensure_served",
+    "sft_job_publish",
     "sft_job_resume",
     "sft_job_run",
     "sft_settings_from",
@@ -335,22 +336,23 @@ def _train_and_publish(
         "metrics": result.metrics,
         "manifest": result.manifest,
         "checkpoint_path": str(result.checkpoint_dir or job.checkpoint_path),
-        "finished_at": timezone.now(),
     }
     if result.status != "completed":
-        _this_run(job).update(status=SFTJobStatus.CANCELLED, **outcome)
+        _this_run(job).update(status=SFTJobStatus.CANCELLED, finished_at=timezone.now(), **outcome)
         return
-    if not _this_run(job).exists():
+    # The trained adapter is recorded before it is published, so a refused publish (a
+    # server whose --max-lora-rank is below the job's rank, say) loses no training:
+    # sft_job_publish serves it once the server is fixed.
+    if not _this_run(job).update(adapter_path=str(result.adapter_dir), **outcome):
         return  # a newer run owns the job and publishes its own adapter
     job.adapter_path = str(result.adapter_dir)
-    policy = _publish(job)
-    _this_run(job).update(
-        status=SFTJobStatus.COMPLETED,
-        adapter_path=job.adapter_path,
-        policy=policy,
-        error="",
-        **outcome,
-    )
+    try:
+        _publish(job)
+    except publish.PublishError as exc:
+        raise publish.PublishError(
+            f"{exc} (the adapter is saved in {job.adapter_path}; once the server can load "
+            "it, publish it from the job's page or POST /api/sft-jobs/<id>/publish/)"
+        ) from exc
 
 
 def _job_settings(job: SFTJob) -> SFTJobSettings:
@@ -362,29 +364,46 @@ def _base_url(job: SFTJob) -> str:
     return job.base_policy.base_url or settings.VLLM_BASE_URL
 
 
-def _publish(job: SFTJob) -> PolicyConfig:
-    """Serve the adapter from the base policy's server and write its policy."""
+def _publish(job: SFTJob) -> None:
+    """Serve the adapter from the base policy's server, write its policy (the base
+    policy's settings, the adapter's model name) and mark the job completed."""
     base_url = _base_url(job)
     name = served_model_name(job)
     publish.adapter_serve(
         base_url, name=name, path=Path(job.adapter_path), api_key=model_server_api_key(base_url)
     )
     base = job.base_policy
-    policy, _ = PolicyConfig.objects.update_or_create(
-        name=name,
-        defaults={
-            "kind": PolicyKind.OPENAI,
-            "base_url": base.base_url,
-            "model": name,
-            "sampling": base.sampling,
-            "system_prompt_version": base.system_prompt_version,
-            "tool_call_format": base.tool_call_format,
-            "tool_parser": base.tool_parser,
-            "context_mode": base.context_mode,
-            "context_limit": base.context_limit,
-        },
-    )
-    return policy
+    with transaction.atomic():
+        policy, _ = PolicyConfig.objects.update_or_create(
+            name=name,
+            defaults={
+                "kind": PolicyKind.OPENAI,
+                "base_url": base.base_url,
+                "model": name,
+                "sampling": base.sampling,
+                "system_prompt_version": base.system_prompt_version,
+                "tool_call_format": base.tool_call_format,
+                "tool_parser": base.tool_parser,
+                "context_mode": base.context_mode,
+                "context_limit": base.context_limit,
+            },
+        )
+        SFTJob.objects.filter(pk=job.pk).update(
+            status=SFTJobStatus.COMPLETED, policy=policy, error="", finished_at=timezone.now()
+        )
+
+
+def sft_job_publish(*, job: SFTJob) -> bool:
+    """Serve the job's trained adapter: again, for a completed job whose server forgot it
+    (a restarted vLLM drops runtime adapters), or for the first time, completing a job
+    whose publish failed. True when the adapter had to be loaded. Raises SFTJobError
+    without an adapter, PublishError when the server refuses."""
+    if job.status == SFTJobStatus.COMPLETED and job.policy is not None:
+        return sft_job_ensure_served(job=job)
+    if job.status != SFTJobStatus.FAILED or not job.adapter_path:
+        raise SFTJobError(f"SFT job {job.pk} is {job.status} without a trained adapter to publish")
+    _publish(job)
+    return True
 
 
 def sft_job_ensure_served(*, job: SFTJob) -> bool:
