@@ -179,9 +179,10 @@ class SFTJob(models.Model):
 
     @property
     def can_resume(self) -> bool:
-        return self.status in (SFTJobStatus.CANCELLED, SFTJobStatus.FAILED) and bool(
-            self.checkpoint_path
-        )
+        """Stopped with a checkpoint, and not after training finished (a job whose trained
+        adapter its server refused is published again, not trained again)."""
+        stopped = self.status in (SFTJobStatus.CANCELLED, SFTJobStatus.FAILED)
+        return stopped and bool(self.checkpoint_path) and not self.adapter_path
 
 
 # --- RL jobs ---------------------------------------------------------------------------------

@@ -193,6 +193,9 @@ def test_a_refused_publish_fails_the_job_keeping_the_adapter_to_publish_later(
     assert "load_lora_adapter answered 500" in failed.error
     assert f"the adapter is saved in {failed.adapter_path}" in failed.error
     assert failed.policy is None and failed.metrics["eval_loss_after"] == 1.25
+    assert not failed.can_resume  # trained already: publish, do not train again
+    with pytest.raises(SFTJobError, match="finished training: publish its adapter instead"):
+        sft_jobs.sft_job_resume(job=failed)
     # Once the server takes it, publishing completes the job without training again.
     lora_server.refuse = {}
     assert sft_jobs.sft_job_publish(job=failed) is True

@@ -173,10 +173,7 @@ def sft_job_resume(*, job: SFTJob, enqueue: bool = True) -> SFTJob:
     """Queue a cancelled or failed job again; it goes on from its newest checkpoint."""
     locked = SFTJob.objects.select_for_update().get(pk=job.pk)
     if not locked.can_resume:
-        why = "has no checkpoint" if locked.is_finished else f"is {locked.status}"
-        raise SFTJobError(
-            f"SFT job {job.pk} {why}: only a cancelled or failed job with a checkpoint resumes"
-        )
+        raise SFTJobError(_why_not_resumable(locked))
     locked.status = SFTJobStatus.QUEUED
     locked.cancel_requested = False
     locked.error = ""
@@ -186,6 +183,14 @@ def sft_job_resume(*, job: SFTJob, enqueue: bool = True) -> SFTJob:
         job_id = locked.pk
         transaction.on_commit(lambda: sft_job_enqueue(job_id=job_id))
     return locked
+
+
+def _why_not_resumable(job: SFTJob) -> str:
+    if job.status == SFTJobStatus.FAILED and job.adapter_path:
+        return f"SFT job {job.pk} finished training: publish its adapter instead of resuming"
+    stopped = job.status in (SFTJobStatus.CANCELLED, SFTJobStatus.FAILED)
+    why = "has no checkpoint" if stopped else f"is {job.status}"
+    return f"SFT job {job.pk} {why}: only a cancelled or failed job with a checkpoint resumes"
 
 
 def _job_fail(job_id: int, error: str, *, attempt: int | None = None) -> None:
