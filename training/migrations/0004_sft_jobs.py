@@ -6,61 +6,167 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('harness_app', '0005_policy_context_mode'),
-        ('training', '0003_rl_trainer_settings'),
+        ("harness_app", "0005_policy_context_mode"),
+        ("training", "0003_rl_trainer_settings"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SFTJob',
+            name="SFTJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('base_model_dir', models.CharField(help_text='local folder of the base model', max_length=500)),
-                ('lora_rank', models.PositiveSmallIntegerField(default=32)),
-                ('lora_alpha', models.PositiveSmallIntegerField(default=64)),
-                ('lora_dropout', models.FloatField(default=0.0)),
-                ('lora_targets', models.JSONField(default=list, help_text='module names LoRA adapts')),
-                ('learning_rate', models.FloatField(default=0.0001)),
-                ('epochs', models.FloatField(default=3.0)),
-                ('max_length', models.PositiveIntegerField(default=4096, help_text='tokens per record; longer records are truncated')),
-                ('batch_size', models.PositiveSmallIntegerField(default=1)),
-                ('grad_accum', models.PositiveSmallIntegerField(default=1)),
-                ('eval_fraction', models.FloatField(default=0.1, help_text='share of the episodes held out for the eval loss')),
-                ('seed', models.IntegerField(default=0)),
-                ('gradient_checkpointing', models.BooleanField(blank=True, help_text='blank: on for CUDA, off on the CPU', null=True)),
-                ('save_steps', models.PositiveIntegerField(default=50, help_text='a checkpoint every N steps')),
-                ('eval_steps', models.PositiveIntegerField(default=10, help_text='the eval loss every N steps')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=12)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('attempt', models.PositiveIntegerField(default=0, help_text="runs started; only the newest run's writes land")),
-                ('step', models.PositiveIntegerField(default=0, help_text='optimiser steps done')),
-                ('total_steps', models.PositiveIntegerField(default=0)),
-                ('history', models.JSONField(default=list, help_text='per logged step: step, epoch, loss, eval_loss, learning_rate, tokens_per_s')),
-                ('metrics', models.JSONField(default=dict)),
-                ('manifest', models.JSONField(default=dict, help_text='what the trainer read, and how')),
-                ('output_dir', models.CharField(blank=True, max_length=500)),
-                ('adapter_path', models.CharField(blank=True, max_length=500)),
-                ('checkpoint_path', models.CharField(blank=True, help_text='the newest checkpoint, to resume from', max_length=500)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('base_policy', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='sft_jobs', to='harness_app.policyconfig')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('export', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='sft_jobs', to='training.sftexport')),
-                ('policy', models.ForeignKey(blank=True, help_text='the published adapter', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='trained_by_sft_jobs', to='harness_app.policyconfig')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=200)),
+                (
+                    "base_model_dir",
+                    models.CharField(help_text="local folder of the base model", max_length=500),
+                ),
+                ("lora_rank", models.PositiveSmallIntegerField(default=32)),
+                ("lora_alpha", models.PositiveSmallIntegerField(default=64)),
+                ("lora_dropout", models.FloatField(default=0.0)),
+                (
+                    "lora_targets",
+                    models.JSONField(default=list, help_text="module names LoRA adapts"),
+                ),
+                ("learning_rate", models.FloatField(default=0.0001)),
+                ("epochs", models.FloatField(default=3.0)),
+                (
+                    "max_length",
+                    models.PositiveIntegerField(
+                        default=4096, help_text="tokens per record; longer records are truncated"
+                    ),
+                ),
+                ("batch_size", models.PositiveSmallIntegerField(default=1)),
+                ("grad_accum", models.PositiveSmallIntegerField(default=1)),
+                (
+                    "eval_fraction",
+                    models.FloatField(
+                        default=0.1, help_text="share of the episodes held out for the eval loss"
+                    ),
+                ),
+                ("seed", models.IntegerField(default=0)),
+                (
+                    "gradient_checkpointing",
+                    models.BooleanField(
+                        blank=True, help_text="blank: on for CUDA, off on the CPU", null=True
+                    ),
+                ),
+                (
+                    "save_steps",
+                    models.PositiveIntegerField(default=50, help_text="a checkpoint every N steps"),
+                ),
+                (
+                    "eval_steps",
+                    models.PositiveIntegerField(
+                        default=10, help_text="the eval loss every N steps"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=12,
+                    ),
+                ),
+                ("cancel_requested", models.BooleanField(default=False)),
+                (
+                    "attempt",
+                    models.PositiveIntegerField(
+                        default=0, help_text="runs started; only the newest run's writes land"
+                    ),
+                ),
+                ("step", models.PositiveIntegerField(default=0, help_text="optimiser steps done")),
+                ("total_steps", models.PositiveIntegerField(default=0)),
+                (
+                    "history",
+                    models.JSONField(
+                        default=list,
+                        help_text="per logged step: step, epoch, loss, eval_loss, learning_rate, tokens_per_s",
+                    ),
+                ),
+                ("metrics", models.JSONField(default=dict)),
+                (
+                    "manifest",
+                    models.JSONField(default=dict, help_text="what the trainer read, and how"),
+                ),
+                ("output_dir", models.CharField(blank=True, max_length=500)),
+                ("adapter_path", models.CharField(blank=True, max_length=500)),
+                (
+                    "checkpoint_path",
+                    models.CharField(
+                        blank=True,
+                        help_text="the newest checkpoint, to resume from",
+                        max_length=500,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "base_policy",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="sft_jobs",
+                        to="harness_app.policyconfig",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "export",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="sft_jobs",
+                        to="training.sftexport",
+                    ),
+                ),
+                (
+                    "policy",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="the published adapter",
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="trained_by_sft_jobs",
+                        to="harness_app.policyconfig",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-pk'],
+                "ordering": ["-created_at", "-pk"],
             },
         ),
         migrations.AddField(
-            model_name='rljob',
-            name='warm_start',
-            field=models.ForeignKey(blank=True, help_text='the SFT job whose adapter version 0 is', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='rl_jobs', to='training.sftjob'),
+            model_name="rljob",
+            name="warm_start",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the SFT job whose adapter version 0 is",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="rl_jobs",
+                to="training.sftjob",
+            ),
         ),
     ]
