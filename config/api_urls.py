@@ -16,7 +16,7 @@ from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from harness_app.api import BenchmarkViewSet, ImportJobViewSet, PolicyConfigViewSet
-from training.api import ExportViewSet, RLJobViewSet
+from training.api import ExportViewSet, RLJobViewSet, SFTJobViewSet
 from trajectories.api.ablations import AblationMatrixViewSet
 from trajectories.api.annotations import AnnotationViewSet
 from trajectories.api.batches import BatchViewSet
@@ -25,8 +25,8 @@ from trajectories.api.recording import RecordingViewSet
 
 SCHEMA_SETTINGS = {
     "TITLE": "Harness workbench API",
-    "DESCRIPTION": "Rollout batches, ablation matrices, episodes, annotations, SFT exports and "
-    "RL jobs. "
+    "DESCRIPTION": "Rollout batches, ablation matrices, episodes, annotations, SFT exports, "
+    "SFT jobs and RL jobs. "
     "Authenticate with `Authorization: Token <key>` (POST /api/token/ gives the key).",
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,
@@ -39,6 +39,7 @@ SCHEMA_SETTINGS = {
         "ExportStatusEnum": "training.models.ExportStatus",
         "ExportFormatEnum": "training.models.ExportFormat",
         "RLJobStatusEnum": "training.models.RLJobStatus",
+        "SFTJobStatusEnum": "training.models.SFTJobStatus",
         "RLStepStatusEnum": "training.models.RLStepStatus",
         "RLAlgorithmEnum": "training.models.RLAlgorithm",
     },
@@ -65,6 +66,7 @@ router.register("ablation-matrices", AblationMatrixViewSet, basename="ablation-m
 router.register("episodes", EpisodeViewSet, basename="episode")
 router.register("annotations", AnnotationViewSet, basename="annotation")
 router.register("exports", ExportViewSet, basename="export")
+router.register("sft-jobs", SFTJobViewSet, basename="sft-job")
 router.register("rl-jobs", RLJobViewSet, basename="rl-job")
 router.register("recordings", RecordingViewSet, basename="recording")
 

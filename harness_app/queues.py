@@ -42,7 +42,7 @@ QUEUES = (
     Queue(ROLLOUTS, "prefork", "baseline-policy episodes, ablation matrices (CPU-bound)"),
     Queue(ROLLOUTS_LLM, "threads", "LLM-backed episodes (they wait on vLLM)"),
     Queue(EXPORTS, "prefork", "SFT exports"),
-    Queue(TRAINING, "prefork", "RL job steps: polling rollouts, the trainer step, publishing"),
+    Queue(TRAINING, "prefork", "RL job steps (rollouts, trainer step, publishing), SFT jobs"),
 )
 
 CORPUS_INDEX_BUILD = "harness_app.tasks.corpus_index_build"
@@ -51,6 +51,7 @@ EPISODE_RUN = "trajectories.tasks.episode_run_task"
 ABLATION_MATRIX_RUN = "trajectories.tasks.ablation_matrix_run_task"
 SFT_EXPORT = "training.tasks.sft_export_task"
 RL_JOB_ADVANCE = "training.tasks.rl_job_advance_task"
+SFT_JOB_RUN = "training.tasks.sft_job_run_task"
 
 # The queue each task goes to unless its caller names another (an episode of an LLM
 # policy goes to ROLLOUTS_LLM: trajectories.services.rollouts.rollout_queue).
@@ -61,6 +62,7 @@ TASK_QUEUES = {
     ABLATION_MATRIX_RUN: ROLLOUTS,
     SFT_EXPORT: EXPORTS,
     RL_JOB_ADVANCE: TRAINING,
+    SFT_JOB_RUN: TRAINING,
 }
 
 

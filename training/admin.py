@@ -1,12 +1,12 @@
-"""Exports and RL jobs in the admin: read-only, because both are records of what a model
-was trained on; they change only through training/services/."""
+"""Exports, SFT jobs and RL jobs in the admin: read-only, because they are records of what
+a model was trained on; they change only through training/services/."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from harness_app.admin_base import ReadOnlyAdmin
-from training.models import PolicyVersion, RLJob, RLStep, SFTExport, SFTExportEpisode
+from training.models import PolicyVersion, RLJob, RLStep, SFTExport, SFTExportEpisode, SFTJob
 
 
 @admin.register(SFTExport)
@@ -19,6 +19,15 @@ class SFTExportAdmin(ReadOnlyAdmin):
 class SFTExportEpisodeAdmin(ReadOnlyAdmin):
     list_display = ("export", "episode", "first_line", "records", "sha256")
     raw_id_fields = ("export", "episode")
+
+
+@admin.register(SFTJob)
+class SFTJobAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "name", "status", "export", "step", "total_steps", "created_at")
+    list_filter = ("status",)
+    raw_id_fields = ("export", "base_policy", "policy")
+    list_select_related = ("export",)
+    changelist_defer = ("history", "metrics", "manifest")
 
 
 @admin.register(RLJob)

@@ -1,5 +1,5 @@
-"""The API for SFT exports and RL jobs: researchers create them; everyone with a role
-reads them."""
+"""The API for SFT exports, SFT jobs and RL jobs: researchers create them; everyone with a
+role reads them."""
 
 from __future__ import annotations
 
@@ -18,15 +18,19 @@ from rest_framework.response import Response
 
 from harness_app.api import ResearcherWrites, request_user
 from training import selectors
-from training.models import ExportStatus, RLJob, RLStep, SFTExport
+from training.models import ExportStatus, RLJob, RLStep, SFTExport, SFTJob
+from training.rl.publish import PublishError
 from training.serializers import (
     ExportCreateSerializer,
     ExportSerializer,
     RLJobCreateSerializer,
     RLJobDetailSerializer,
     RLJobSerializer,
+    SFTJobCreateSerializer,
+    SFTJobDetailSerializer,
+    SFTJobSerializer,
 )
-from training.services import rl_jobs, sft_exports
+from training.services import rl_jobs, sft_exports, sft_jobs
 
 
 class NotReady(APIException):
@@ -122,6 +126,7 @@ class RLJobViewSet(
                 name=data.pop("name"),
                 job_settings=rl_jobs.job_settings_from(data, given=set(request.data)),
                 created_by=request_user(request),
+                warm_start=data.pop("warm_start"),
             )
         except rl_jobs.RLJobError as exc:
             raise ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None
@@ -135,3 +140,102 @@ class RLJobViewSet(
         rl_jobs.rl_job_cancel(job=job)
         job.refresh_from_db()
         return Response(RLJobSerializer(job).data)
+
+
+# --- SFT jobs --------------------------------------------------------------------------------
+
+
+class SFTJobViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[SFTJob]
+):
+    """SFT jobs: researchers launch, cancel and resume them; everyone follows their loss."""
+
+    permission_classes = [ResearcherWrites]
+
+    def get_queryset(self) -> QuerySet[SFTJob]:
+        return selectors.sft_jobs_queryset()
+
+    def get_serializer_class(self) -> Any:
+        return SFTJobDetailSerializer if self.action == "retrieve" else SFTJobSerializer
+
+    @extend_schema(request=SFTJobCreateSerializer, responses={201: SFTJobSerializer})
+    def create(self, request: Request) -> Response:
+        """Check and queue the job; it trains on the training queue."""
+        form = SFTJobCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = dict(form.validated_data)
+        try:
+            job = sft_jobs.sft_job_create(
+                export=data.pop("export"),
+                base_policy=data.pop("base_policy"),
+                base_model_dir=data.pop("base_model_dir"),
+                name=data.pop("name"),
+                job_settings=sft_jobs.sft_settings_from(data),
+                created_by=request_user(request),
+            )
+        except sft_jobs.SFTJobError as exc:
+            raise ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None
+        return Response(SFTJobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: SFTJobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        """A queued job is cancelled at once; a running one saves a checkpoint at its next
+        step and stops (`cancel_requested` is true until it has)."""
+        job = self.get_object()
+        sft_jobs.sft_job_cancel(job=job)
+        job.refresh_from_db()
+        return Response(SFTJobSerializer(job).data)
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: SFTJobSerializer,
+            409: OpenApiResponse(
+                description="the job is not cancelled or failed with a checkpoint"
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str) -> Response:
+        """Queue a cancelled or failed job again, from its newest checkpoint."""
+        job = self.get_object()
+        try:
+            job = sft_jobs.sft_job_resume(job=job)
+        except sft_jobs.SFTJobError as exc:
+            raise JobStateConflict(str(exc)) from None
+        return Response(SFTJobSerializer(job).data)
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: SFTJobSerializer,
+            409: OpenApiResponse(description="the job has no trained adapter to publish"),
+            502: OpenApiResponse(description="the model server refused the adapter"),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def publish(self, request: Request, pk: str) -> Response:
+        """Serve the job's adapter: again after a vLLM restart, or, for a job whose publish
+        failed after training, for the first time (the job then completes)."""
+        job = self.get_object()
+        try:
+            sft_jobs.sft_job_publish(job=job)
+        except sft_jobs.SFTJobError as exc:
+            raise JobStateConflict(str(exc)) from None
+        except PublishError as exc:
+            raise ServerRefused(str(exc)) from None
+        job.refresh_from_db()
+        return Response(SFTJobSerializer(job).data)
+
+
+class ServerRefused(APIException):
+    status_code = status.HTTP_502_BAD_GATEWAY
+    default_detail = "the model server refused the adapter"
+    default_code = "server_refused"
+
+
+class JobStateConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "the job is not in a state for that"
+    default_code = "job_state"

@@ -1,5 +1,6 @@
-"""The RL job launch form. The bounds live in training.services.rl_jobs (RLJobSettings.check
-and the set-up checks), whose RLJobError names the field it refuses; the view shows it there."""
+"""The RL and SFT job launch forms. The bounds live in the services (RLJobSettings.check,
+SFTJobSettings.check and the set-up checks), whose errors name the field they refuse; the
+views show them there."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.conf import settings
 
 from harness_app.harness.reward import PRESET_KEY
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
-from training.models import RLAlgorithm
+from training.models import ExportStatus, RLAlgorithm, SFTExport, SFTJob, SFTJobStatus
 from training.services.rl_job_settings import (
     MAX_GROUP_SIZE,
     MAX_LORA_RANK,
@@ -19,6 +20,7 @@ from training.services.rl_job_settings import (
     PRESETS,
     RLJobSettings,
 )
+from training.services.sft_job_settings import SFTJobSettings
 from trajectories.models import TerminationPolicy
 
 DEFAULTS = RLJobSettings()
@@ -42,10 +44,19 @@ class RLJobLaunchForm(forms.Form):
         "tokens per turn, 40 turns). Settings you change below override it.",
     )
     benchmark = forms.ModelChoiceField(Benchmark.objects.order_by("name"))
+    warm_start = forms.ModelChoiceField(
+        SFTJob.objects.filter(status=SFTJobStatus.COMPLETED, policy__isnull=False).order_by("-pk"),
+        required=False,
+        empty_label="none: a fresh adapter on the base policy",
+        help_text="Start from a completed SFT job's adapter: its policy becomes the base "
+        "policy, its weights folder the base weights, and its LoRA rank and targets replace "
+        "the ones below.",
+    )
     base_policy = forms.ModelChoiceField(
         PolicyConfig.objects.filter(kind=PolicyKind.OPENAI).order_by("name"),
+        required=False,
         help_text="An OpenAI-compatible policy: its vLLM server samples the rollouts and "
-        "serves each new adapter (started with --enable-lora).",
+        "serves each new adapter (started with --enable-lora). Not needed with a warm start.",
     )
     base_model_dir = forms.CharField(
         max_length=500,
@@ -139,3 +150,76 @@ class RLJobLaunchForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError("give a JSON object or a preset name")
         return value
+
+
+SFT_DEFAULTS = SFTJobSettings()
+
+
+class SFTJobLaunchForm(forms.Form):
+    """An SFT job: an export to train on, the policy whose server serves the adapter, and
+    the trainer's settings with Harness-1's defaults (LoRA rank 32, 3 epochs)."""
+
+    name = forms.CharField(required=False, max_length=200)
+    export = forms.ModelChoiceField(
+        SFTExport.objects.filter(status=ExportStatus.DONE, records__gt=0).order_by("-pk"),
+        help_text="A done export of approved episodes; a held-out share of its episodes "
+        "gives the eval loss.",
+    )
+    base_policy = forms.ModelChoiceField(
+        PolicyConfig.objects.filter(kind=PolicyKind.OPENAI).order_by("name"),
+        help_text="The student: an OpenAI-compatible policy whose vLLM server (started with "
+        "--enable-lora) serves the trained adapter.",
+    )
+    base_model_dir = forms.CharField(
+        max_length=500,
+        initial=lambda: settings.RL_BASE_MODEL_DIR,
+        help_text="The local folder of the weights that server serves; the trainer loads it.",
+    )
+    epochs = forms.FloatField(initial=SFT_DEFAULTS.epochs)
+    learning_rate = forms.FloatField(initial=SFT_DEFAULTS.learning_rate)
+    lora_rank = forms.IntegerField(
+        initial=SFT_DEFAULTS.lora_rank,
+        help_text="At most the server's --max-lora-rank, or its publish is refused "
+        "(scripts/llm/serve.sh: 16 on the CPU unless LLM_MAX_LORA_RANK raises it).",
+        widget=forms.NumberInput({"min": 1, "max": MAX_LORA_RANK}),
+    )
+    lora_alpha = forms.IntegerField(initial=SFT_DEFAULTS.lora_alpha)
+    lora_dropout = forms.FloatField(initial=SFT_DEFAULTS.lora_dropout)
+    lora_targets = forms.CharField(
+        required=False,
+        initial=", ".join(SFT_DEFAULTS.lora_targets),
+        help_text="Module names LoRA adapts, comma-separated; blank: every linear layer.",
+    )
+    max_length = forms.IntegerField(
+        initial=SFT_DEFAULTS.max_length,
+        help_text="Tokens per record; longer records are truncated (and counted).",
+    )
+    batch_size = forms.IntegerField(initial=SFT_DEFAULTS.batch_size)
+    grad_accum = forms.IntegerField(
+        initial=SFT_DEFAULTS.grad_accum, help_text="Batches per optimiser step."
+    )
+    eval_fraction = forms.FloatField(
+        initial=SFT_DEFAULTS.eval_fraction,
+        help_text="Share of the episodes held out for the eval loss (split by episode).",
+    )
+    eval_steps = forms.IntegerField(
+        initial=SFT_DEFAULTS.eval_steps, help_text="The eval loss every N optimiser steps."
+    )
+    save_steps = forms.IntegerField(
+        initial=SFT_DEFAULTS.save_steps,
+        help_text="A checkpoint every N optimiser steps (and at the end, or on cancel).",
+    )
+    seed = forms.IntegerField(initial=SFT_DEFAULTS.seed)
+    gradient_checkpointing = forms.TypedChoiceField(
+        required=False,
+        choices=CHECKPOINTING_CHOICES,
+        coerce=_checkpointing,
+        empty_value=None,
+        help_text="Activation checkpointing: recompute activations in backward to fit long "
+        "records.",
+    )
+
+    def clean_lora_targets(self) -> list[str] | None:
+        """A comma-separated list; blank leaves the default."""
+        value = self.cleaned_data.get("lora_targets") or ""
+        return [part.strip() for part in value.split(",") if part.strip()] or None

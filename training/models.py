@@ -1,6 +1,6 @@
-"""SFT exports (immutable JSONL snapshots of annotated episodes, with their provenance)
-and RL jobs (steps of rollouts → advantages → a trainer step → a new policy version served
-by vLLM)."""
+"""SFT exports (immutable JSONL snapshots of annotated episodes, with their provenance),
+SFT jobs (a LoRA adapter trained on an export, served by vLLM as a policy) and RL jobs
+(steps of rollouts → advantages → a trainer step → a new policy version served by vLLM)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,114 @@ class SFTExportEpisode(models.Model):
 
     def __str__(self) -> str:
         return f"episode {self.episode_id} in export {self.export_id}"
+
+
+# --- SFT jobs --------------------------------------------------------------------------------
+
+
+class SFTJobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+SFT_JOB_FINISHED = (SFTJobStatus.COMPLETED, SFTJobStatus.FAILED, SFTJobStatus.CANCELLED)
+
+
+class SFTJob(models.Model):
+    """LoRA supervised fine-tuning on one export's approved trajectories.
+
+    The trainer (training/sft_train.py) loads `base_model_dir`, the weights the vLLM server
+    behind `base_policy` serves; the finished adapter is loaded into that server and
+    becomes `policy`, which rollouts and RL jobs (`warm_start`) can use."""
+
+    name = models.CharField(max_length=200, blank=True)
+    export = models.ForeignKey(SFTExport, on_delete=models.PROTECT, related_name="sft_jobs")
+    base_policy = models.ForeignKey(
+        "harness_app.PolicyConfig", on_delete=models.PROTECT, related_name="sft_jobs"
+    )
+    base_model_dir = models.CharField(max_length=500, help_text="local folder of the base model")
+    # The trainer's settings (training.sft_train.SFTSettings), defaults from Harness-1.
+    lora_rank = models.PositiveSmallIntegerField(default=32)
+    lora_alpha = models.PositiveSmallIntegerField(default=64)
+    lora_dropout = models.FloatField(default=0.0)
+    lora_targets = models.JSONField(default=list, help_text="module names LoRA adapts")
+    learning_rate = models.FloatField(default=1e-4)
+    epochs = models.FloatField(default=3.0)
+    max_length = models.PositiveIntegerField(
+        default=4096, help_text="tokens per record; longer records are truncated"
+    )
+    batch_size = models.PositiveSmallIntegerField(default=1)
+    grad_accum = models.PositiveSmallIntegerField(default=1)
+    eval_fraction = models.FloatField(
+        default=0.1, help_text="share of the episodes held out for the eval loss"
+    )
+    seed = models.IntegerField(default=0)
+    gradient_checkpointing = models.BooleanField(
+        null=True, blank=True, help_text="blank: on for CUDA, off on the CPU"
+    )
+    save_steps = models.PositiveIntegerField(default=50, help_text="a checkpoint every N steps")
+    eval_steps = models.PositiveIntegerField(default=10, help_text="the eval loss every N steps")
+    status = models.CharField(
+        max_length=12, choices=SFTJobStatus.choices, default=SFTJobStatus.QUEUED
+    )
+    cancel_requested = models.BooleanField(default=False)
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="runs started; only the newest run's writes land"
+    )
+    step = models.PositiveIntegerField(default=0, help_text="optimiser steps done")
+    total_steps = models.PositiveIntegerField(default=0)
+    history = models.JSONField(
+        default=list,
+        help_text="per logged step: step, epoch, loss, eval_loss, learning_rate, tokens_per_s",
+    )
+    metrics = models.JSONField(default=dict)
+    manifest = models.JSONField(default=dict, help_text="what the trainer read, and how")
+    output_dir = models.CharField(max_length=500, blank=True)
+    adapter_path = models.CharField(max_length=500, blank=True)
+    checkpoint_path = models.CharField(
+        max_length=500, blank=True, help_text="the newest checkpoint, to resume from"
+    )
+    policy = models.ForeignKey(
+        "harness_app.PolicyConfig",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="trained_by_sft_jobs",
+        help_text="the published adapter",
+    )
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return self.name or f"SFT job {self.pk}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in SFT_JOB_FINISHED
+
+    @property
+    def progress(self) -> float:
+        if self.status == SFTJobStatus.COMPLETED:
+            return 1.0
+        return min(self.step / self.total_steps, 1.0) if self.total_steps else 0.0
+
+    @property
+    def can_resume(self) -> bool:
+        """Stopped with a checkpoint, and not after training finished (a job whose trained
+        adapter its server refused is published again, not trained again)."""
+        stopped = self.status in (SFTJobStatus.CANCELLED, SFTJobStatus.FAILED)
+        return stopped and bool(self.checkpoint_path) and not self.adapter_path
 
 
 # --- RL jobs ---------------------------------------------------------------------------------
@@ -153,6 +261,14 @@ class RLJob(models.Model):
         null=True, blank=True, help_text="blank: on for CUDA, off on the CPU"
     )
     preset = models.CharField(max_length=40, blank=True, help_text="the named recipe used")
+    warm_start = models.ForeignKey(
+        SFTJob,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="rl_jobs",
+        help_text="the SFT job whose adapter version 0 is",
+    )
     status = models.CharField(
         max_length=12, choices=RLJobStatus.choices, default=RLJobStatus.QUEUED
     )

@@ -1,4 +1,5 @@
-"""Reads behind the RL job pages and API: lists, a job with its steps, training curves."""
+"""Reads behind the RL and SFT job pages and API: lists, a job with its steps, training
+curves, an SFT job's lineage."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 from django.core.paginator import Page, Paginator
 from django.db.models import Prefetch, QuerySet
 
-from training.models import PolicyVersion, RLJob, RLStep
-from trajectories.models import RolloutGroup
+from training.models import PolicyVersion, RLJob, RLStep, SFTJob
+from trajectories.models import RolloutBatch, RolloutGroup
 
 JOBS_PER_PAGE = 25
 # The per-step series the job page draws (static/js/rl_job.js).
@@ -24,7 +25,9 @@ SERIES = (
 
 
 def rl_jobs_queryset() -> QuerySet[RLJob]:
-    return RLJob.objects.select_related("benchmark", "base_policy", "created_by").order_by("-pk")
+    return RLJob.objects.select_related(
+        "benchmark", "base_policy", "created_by", "warm_start"
+    ).order_by("-pk")
 
 
 def rl_job_list_page(*, page: int | str | None) -> Page[RLJob]:
@@ -71,3 +74,50 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+# --- SFT jobs --------------------------------------------------------------------------------
+
+
+def sft_jobs_queryset() -> QuerySet[SFTJob]:
+    return SFTJob.objects.select_related("export", "base_policy", "policy", "created_by").order_by(
+        "-pk"
+    )
+
+
+def sft_job_list_page(*, page: int | str | None) -> Page[SFTJob]:
+    return Paginator(sft_jobs_queryset(), JOBS_PER_PAGE).get_page(page)
+
+
+def sft_job_get(*, pk: int) -> SFTJob | None:
+    return sft_jobs_queryset().filter(pk=pk).first()
+
+
+def sft_job_curves(job: SFTJob) -> dict[str, Any]:
+    """Train and eval loss per logged step (static/js/sft_job.js): the step on x, None
+    where a step logged no value (the eval loss is logged every eval_steps)."""
+    points = [p for p in job.history if isinstance(p, dict) and "step" in p]
+    return {
+        "steps": [p["step"] for p in points],
+        "loss": [_number(p.get("loss")) for p in points],
+        "eval_loss": [_number(p.get("eval_loss")) for p in points],
+        "learning_rate": [_number(p.get("learning_rate")) for p in points],
+    }
+
+
+def sft_job_teacher_batches(job: SFTJob) -> list[RolloutBatch]:
+    """The teacher batches the job's export drew episodes from (the head of the lineage
+    teacher batch → export → SFT job → RL job)."""
+    return list(
+        RolloutBatch.objects.filter(
+            episodes__sft_exports__export_id=job.export_id, teacher_rule__isnull=False
+        )
+        .select_related("policy")
+        .distinct()
+        .order_by("pk")
+    )
+
+
+def sft_job_rl_jobs(job: SFTJob) -> list[RLJob]:
+    """The RL jobs warm-started from the job's adapter."""
+    return list(job.rl_jobs.select_related("benchmark").order_by("pk"))

@@ -1,4 +1,4 @@
-"""API input and output shapes for SFT exports and RL jobs."""
+"""API input and output shapes for SFT exports, SFT jobs and RL jobs."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from training.models import (
     RLJob,
     RLStep,
     SFTExport,
+    SFTJob,
 )
 from training.services.rl_job_settings import PRESETS, RLJobSettings
+from training.services.sft_job_settings import SFTJobSettings
 from trajectories.models import TerminationPolicy
 
 RL_DEFAULTS = RLJobSettings()
@@ -73,9 +75,26 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
 
     name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
     benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
-    base_policy = serializers.PrimaryKeyRelatedField(queryset=PolicyConfig.objects.all())
+    warm_start = serializers.PrimaryKeyRelatedField(
+        queryset=SFTJob.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="a completed SFT job to start from: its policy, weights folder, LoRA rank "
+        "and targets replace base_policy, base_model_dir, lora_rank and lora_targets",
+    )
+    base_policy = serializers.PrimaryKeyRelatedField(
+        queryset=PolicyConfig.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="required unless warm_start is given",
+    )
     base_model_dir = serializers.CharField(
-        help_text="local folder of the weights the base policy's vLLM server serves"
+        required=False,
+        default="",
+        help_text="local folder of the weights the base policy's vLLM server serves "
+        "(required unless warm_start is given)",
     )
     steps = serializers.IntegerField(default=RL_DEFAULTS.steps)
     group_size = serializers.IntegerField(default=RL_DEFAULTS.group_size, help_text="G, 2 to 64")
@@ -175,6 +194,7 @@ class RLJobSerializer(serializers.ModelSerializer[RLJob]):
             "steps_done",
             "steps",
             "benchmark",
+            "warm_start",
             "base_policy",
             "base_model_dir",
             "group_size",
@@ -212,4 +232,102 @@ class RLJobDetailSerializer(RLJobSerializer):
 
     class Meta(RLJobSerializer.Meta):
         fields = [*RLJobSerializer.Meta.fields, "versions", "step_rows"]
+        read_only_fields = fields
+
+
+# --- SFT jobs --------------------------------------------------------------------------------
+
+SFT_DEFAULTS = SFTJobSettings()
+
+
+class SFTJobCreateSerializer(serializers.Serializer[Any]):
+    """Types only: ranges and the set-up (a done, non-empty export; a vLLM policy; the
+    weights on disk) are checked by sft_jobs.sft_job_create, which names what it refuses."""
+
+    name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
+    export = serializers.PrimaryKeyRelatedField(queryset=SFTExport.objects.all())
+    base_policy = serializers.PrimaryKeyRelatedField(
+        queryset=PolicyConfig.objects.all(),
+        help_text="the student: the OpenAI-compatible policy whose vLLM server serves the adapter",
+    )
+    base_model_dir = serializers.CharField(
+        help_text="local folder of the weights the base policy's vLLM server serves"
+    )
+    lora_rank = serializers.IntegerField(default=SFT_DEFAULTS.lora_rank)
+    lora_alpha = serializers.IntegerField(default=SFT_DEFAULTS.lora_alpha)
+    lora_dropout = serializers.FloatField(default=SFT_DEFAULTS.lora_dropout)
+    lora_targets = serializers.ListField(
+        child=serializers.CharField(), default=lambda: list(SFT_DEFAULTS.lora_targets)
+    )
+    learning_rate = serializers.FloatField(default=SFT_DEFAULTS.learning_rate)
+    epochs = serializers.FloatField(default=SFT_DEFAULTS.epochs)
+    max_length = serializers.IntegerField(
+        default=SFT_DEFAULTS.max_length, help_text="tokens per record; longer ones are truncated"
+    )
+    batch_size = serializers.IntegerField(default=SFT_DEFAULTS.batch_size)
+    grad_accum = serializers.IntegerField(default=SFT_DEFAULTS.grad_accum)
+    eval_fraction = serializers.FloatField(
+        default=SFT_DEFAULTS.eval_fraction, help_text="held-out share of the episodes"
+    )
+    seed = serializers.IntegerField(default=SFT_DEFAULTS.seed)
+    gradient_checkpointing = serializers.BooleanField(
+        required=False, allow_null=True, default=None, help_text="null: on for CUDA only"
+    )
+    save_steps = serializers.IntegerField(default=SFT_DEFAULTS.save_steps)
+    eval_steps = serializers.IntegerField(default=SFT_DEFAULTS.eval_steps)
+
+
+class SFTJobSerializer(serializers.ModelSerializer[SFTJob]):
+    created_by = serializers.CharField(source="created_by.username", default=None)
+    progress = serializers.FloatField(help_text="steps done / total steps, 0 to 1", read_only=True)
+    model = serializers.CharField(
+        source="policy.model", default=None, read_only=True, help_text="the served adapter"
+    )
+
+    class Meta:
+        model = SFTJob
+        fields = [
+            "id",
+            "name",
+            "status",
+            "progress",
+            "step",
+            "total_steps",
+            "cancel_requested",
+            "export",
+            "base_policy",
+            "base_model_dir",
+            "lora_rank",
+            "lora_alpha",
+            "lora_dropout",
+            "lora_targets",
+            "learning_rate",
+            "epochs",
+            "max_length",
+            "batch_size",
+            "grad_accum",
+            "eval_fraction",
+            "seed",
+            "gradient_checkpointing",
+            "save_steps",
+            "eval_steps",
+            "metrics",
+            "policy",
+            "model",
+            "adapter_path",
+            "checkpoint_path",
+            "error",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class SFTJobDetailSerializer(SFTJobSerializer):
+    """With the per-step history (train and eval loss) and the trainer's manifest."""
+
+    class Meta(SFTJobSerializer.Meta):
+        fields = [*SFTJobSerializer.Meta.fields, "manifest", "history", "output_dir"]
         read_only_fields = fields

@@ -1,8 +1,8 @@
 """Celery tasks of the training app: each takes an id and calls one service.
 
 SFT exports go to the default "celery" queue: they read the database and write one file,
-and must not wait behind rollouts or index builds. RL job steps go to "training", served
-by one process per trainer device (harness_app/queues.py).
+and must not wait behind rollouts or index builds. RL job steps and SFT jobs go to "training",
+served by one process per trainer device (harness_app/queues.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from harness_app import queues
-from training.services import rl_jobs, sft_exports
+from training.services import rl_jobs, sft_exports, sft_jobs
 
 
 @shared_task(name=queues.SFT_EXPORT, acks_late=True, reject_on_worker_lost=True)
@@ -23,3 +23,10 @@ def sft_export_task(export_id: int) -> str:
 def rl_job_advance_task(job_id: int) -> str:
     """One piece of an RL job; it schedules the next piece itself."""
     return rl_jobs.rl_job_tick(job_id=job_id)
+
+
+@shared_task(name=queues.SFT_JOB_RUN, acks_late=True, reject_on_worker_lost=True)
+def sft_job_run_task(job_id: int) -> str:
+    """A whole SFT job: train, publish the adapter, record the outcome."""
+    job = sft_jobs.sft_job_run(job_id=job_id)
+    return "gone" if job is None else job.status

@@ -8,4 +8,11 @@ urlpatterns = [
     path("rl/<int:pk>/", views.rl_job_detail, name="rl_job_detail"),
     path("rl/<int:pk>/progress/", views.rl_job_progress, name="rl_job_progress"),
     path("rl/<int:pk>/cancel/", views.rl_job_cancel, name="rl_job_cancel"),
+    path("sft/", views.sft_job_list, name="sft_job_list"),
+    path("sft/new/", views.sft_job_launch, name="sft_job_launch"),
+    path("sft/<int:pk>/", views.sft_job_detail, name="sft_job_detail"),
+    path("sft/<int:pk>/progress/", views.sft_job_progress, name="sft_job_progress"),
+    path("sft/<int:pk>/cancel/", views.sft_job_cancel, name="sft_job_cancel"),
+    path("sft/<int:pk>/resume/", views.sft_job_resume, name="sft_job_resume"),
+    path("sft/<int:pk>/serve/", views.sft_job_serve, name="sft_job_serve"),
 ]

@@ -1,5 +1,6 @@
-"""The RL job pages: the list, the launch form (researchers), a job with its training
-curves and steps, its progress fragment (polled by htmx) and cancel."""
+"""The RL and SFT job pages: the lists, the launch forms (researchers), a job with its
+training curves (and an SFT job's lineage), its progress fragment (polled by htmx), and
+cancel (and an SFT job's resume and re-serve)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from harness_app.roles import browse_required, researcher_required
 from training import selectors
-from training.forms import RLJobLaunchForm
-from training.models import RLJob
-from training.services import rl_jobs
+from training.forms import RLJobLaunchForm, SFTJobLaunchForm
+from training.models import RLJob, SFTJob, SFTJobStatus
+from training.rl.publish import PublishError
+from training.services import rl_jobs, sft_jobs
 
 
 def _job_or_404(pk: int) -> RLJob:
@@ -52,6 +54,7 @@ def _launch(request: HttpRequest, form: RLJobLaunchForm) -> RLJob | None:
             job_settings=rl_jobs.job_settings_from(data, given=form.changed_data),
             name=data["name"],
             created_by=user,
+            warm_start=data.get("warm_start"),
         )
     except rl_jobs.RLJobError as exc:
         form.add_error(exc.field, str(exc))
@@ -87,3 +90,109 @@ def rl_job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.info(request, f"RL job {job.pk} had already finished.")
     return redirect("rl_job_detail", pk=job.pk)
+
+
+# --- SFT jobs --------------------------------------------------------------------------------
+
+
+def _sft_job_or_404(pk: int) -> SFTJob:
+    job = selectors.sft_job_get(pk=pk)
+    if job is None:
+        raise Http404(f"no SFT job {pk}")
+    return job
+
+
+@browse_required
+@require_GET
+def sft_job_list(request: HttpRequest) -> HttpResponse:
+    page = selectors.sft_job_list_page(page=request.GET.get("page"))
+    return render(request, "training/sft_job_list.html", {"page": page})
+
+
+@researcher_required
+def sft_job_launch(request: HttpRequest) -> HttpResponse:
+    """The launch form; ?export=<pk> preselects an export."""
+    form = SFTJobLaunchForm(request.POST or None, initial={"export": request.GET.get("export")})
+    if request.method == "POST" and form.is_valid():
+        job = _sft_launch(request, form)
+        if job is not None:
+            messages.success(request, f"SFT job {job.pk} queued on export {job.export_id}.")
+            return redirect("sft_job_detail", pk=job.pk)
+    return render(request, "training/sft_job_launch.html", {"form": form})
+
+
+def _sft_launch(request: HttpRequest, form: SFTJobLaunchForm) -> SFTJob | None:
+    data = form.cleaned_data
+    user = request.user if isinstance(request.user, AbstractBaseUser) else None
+    try:
+        return sft_jobs.sft_job_create(
+            export=data["export"],
+            base_policy=data["base_policy"],
+            base_model_dir=data["base_model_dir"],
+            job_settings=sft_jobs.sft_settings_from(data),
+            name=data["name"],
+            created_by=user,
+        )
+    except sft_jobs.SFTJobError as exc:
+        form.add_error(exc.field, str(exc))
+        return None
+
+
+@browse_required
+@require_GET
+def sft_job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _sft_job_or_404(pk)
+    context = {
+        "job": job,
+        "curves": selectors.sft_job_curves(job),
+        "teacher_batches": selectors.sft_job_teacher_batches(job),
+        "rl_jobs": selectors.sft_job_rl_jobs(job),
+    }
+    return render(request, "training/sft_job_detail.html", context)
+
+
+@browse_required
+@require_GET
+def sft_job_progress(request: HttpRequest, pk: int) -> HttpResponse:
+    return render(request, "training/sft_job_progress.html", {"job": _sft_job_or_404(pk)})
+
+
+@researcher_required
+@require_POST
+def sft_job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _sft_job_or_404(pk)
+    if not sft_jobs.sft_job_cancel(job=job):
+        messages.info(request, f"SFT job {job.pk} had already finished.")
+    elif job.status == SFTJobStatus.QUEUED:
+        messages.success(request, f"SFT job {job.pk} cancelled.")
+    else:
+        messages.success(request, f"SFT job {job.pk} stops after its current step.")
+    return redirect("sft_job_detail", pk=job.pk)
+
+
+@researcher_required
+@require_POST
+def sft_job_resume(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _sft_job_or_404(pk)
+    try:
+        sft_jobs.sft_job_resume(job=job)
+    except sft_jobs.SFTJobError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"SFT job {job.pk} queued again from its checkpoint.")
+    return redirect("sft_job_detail", pk=job.pk)
+
+
+@researcher_required
+@require_POST
+def sft_job_serve(request: HttpRequest, pk: int) -> HttpResponse:
+    """Serve the adapter: again after a vLLM restart, or after its publish failed."""
+    job = _sft_job_or_404(pk)
+    try:
+        loaded = sft_jobs.sft_job_publish(job=job)
+    except (sft_jobs.SFTJobError, PublishError) as exc:
+        messages.error(request, str(exc))
+    else:
+        said = "is served" if loaded else "was already served"
+        messages.success(request, f"SFT job {job.pk}'s adapter {said}.")
+    return redirect("sft_job_detail", pk=job.pk)

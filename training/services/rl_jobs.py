@@ -23,7 +23,7 @@ import logging
 import statistics
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ from training.models import (
     RLJobStatus,
     RLStep,
     RLStepStatus,
+    SFTJob,
+    SFTJobStatus,
 )
 from training.rl import publish
 from training.rl.advantages import AdvantageSettings
@@ -104,19 +106,48 @@ def _check_trainable_setup(base_policy: PolicyConfig, base_model_dir: str) -> No
 # --- create and cancel ---------------------------------------------------------------------
 
 
+def _warm_start_setup(
+    warm_start: SFTJob, job_settings: RLJobSettings
+) -> tuple[PolicyConfig, str, RLJobSettings]:
+    """A warm start samples from the SFT job's served adapter and trains on from it: its
+    policy is the base policy, its weights the base weights, and its LoRA shape (rank,
+    targets) replaces the one requested, which the loaded adapter fixes anyway."""
+    if warm_start.status != SFTJobStatus.COMPLETED or warm_start.policy is None:
+        raise RLJobError(
+            f"warm_start: SFT job {warm_start.pk} is {warm_start.status} without a published "
+            "adapter; start from a completed SFT job",
+            field="warm_start",
+        )
+    if not Path(warm_start.adapter_path).is_dir():
+        raise RLJobError(
+            f"warm_start: SFT job {warm_start.pk}'s adapter is missing from "
+            f"{warm_start.adapter_path!r}",
+            field="warm_start",
+        )
+    shaped = replace(
+        job_settings, lora_rank=warm_start.lora_rank, lora_targets=list(warm_start.lora_targets)
+    )
+    return warm_start.policy, warm_start.base_model_dir, shaped
+
+
 @transaction.atomic
 def rl_job_create(
     *,
     benchmark: Benchmark,
-    base_policy: PolicyConfig,
-    base_model_dir: str,
+    base_policy: PolicyConfig | None,
+    base_model_dir: str = "",
     job_settings: RLJobSettings,
     name: str = "",
     created_by: Any = None,
     enqueue: bool = True,
+    warm_start: SFTJob | None = None,
 ) -> RLJob:
-    """Check the request, write the job and its version 0 (the base policy), and start
-    the job's task chain once committed."""
+    """Check the request, write the job and its version 0 (the base policy, or a warm
+    start's SFT adapter), and start the job's task chain once committed."""
+    if warm_start is not None:
+        base_policy, base_model_dir, job_settings = _warm_start_setup(warm_start, job_settings)
+    if base_policy is None:
+        raise RLJobError("give a base_policy, or a warm_start", field="base_policy")
     job_settings.check()
     _check_trainable_setup(base_policy, base_model_dir)
     if not benchmark.queries.exists():
@@ -129,9 +160,15 @@ def rl_job_create(
         base_policy=base_policy,
         base_model_dir=str(Path(base_model_dir).resolve()),
         created_by=created_by if getattr(created_by, "pk", None) else None,
+        warm_start=warm_start,
         **asdict(job_settings),
     )
-    PolicyVersion.objects.create(job=job, number=0, policy=_version0_policy(job))
+    PolicyVersion.objects.create(
+        job=job,
+        number=0,
+        policy=_version0_policy(job),
+        adapter_path=warm_start.adapter_path if warm_start is not None else "",
+    )
     if enqueue:
         job_id = job.pk
         transaction.on_commit(lambda: rl_job_enqueue(job_id=job_id))
