@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from harness_app.models import Benchmark, PolicyConfig
+from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from harness_app.roles import Role
 from harness_app.services.benchmarks import benchmark_import
 from tests import factories
 from tests.chromium import LAUNCH_ARGS, ConsoleWatcher, chromium_path
+from tests.fakes.openai_server import FakeOpenAIServer
 from tests.paths import ROOT, shared_data_root
 from tests.workers import LiveWorker, start_worker
 from trajectories.models import Episode, RolloutBatch
@@ -71,6 +72,37 @@ def tokenizer(smollm2_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(smollm2_dir))
+
+
+# --- the fake model server and policies behind it (RL and SFT jobs) ----------------------
+
+
+@pytest.fixture
+def lora_server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(model="smollm2") as server:
+        yield server
+
+
+@pytest.fixture
+def weights_dir(tmp_path: Path) -> Path:
+    """A folder that looks like model weights to the create checks (the trainer is never
+    started on it)."""
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+@pytest.fixture
+def llm_policy(lora_server: FakeOpenAIServer) -> PolicyConfig:
+    return PolicyConfig.objects.create(
+        name="smollm2",
+        kind=PolicyKind.OPENAI,
+        base_url=lora_server.base_url,
+        model="smollm2",
+        tool_call_format="json_schema",
+        sampling={"temperature": 1.0, "max_tokens": 64},
+    )
 
 
 @pytest.fixture

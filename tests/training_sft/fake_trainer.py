@@ -1,6 +1,6 @@
-"""A stand-in for training/sft_train.py with its interface (settings, progress, result,
-errors), so SFT job tests run in milliseconds and without torch. `script` decides what a
-run does; every call's arguments are kept in `calls`."""
+"""A stand-in for training/sft_train.py: its settings, progress, result and errors are the
+real ones; only `sft_train` is faked, so SFT job tests run in milliseconds and without
+torch. `script` decides what a run does; every call's arguments are kept in `calls`."""
 
 from __future__ import annotations
 
@@ -9,69 +9,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LORA_TARGETS_ALL_LINEAR = (
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-)  # fmt: skip
+# The real module's settings, progress, result and errors (it imports torch only inside
+# its functions); only the training itself is faked.
+from training.sft_train import (
+    SFTDataError,
+    SFTModelError,
+    SFTOutOfMemory,
+    SFTProgress,
+    SFTResult,
+    SFTSettings,
+    SFTSettingsError,
+)
 
-
-class SFTSettingsError(ValueError):
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class SFTDataError(ValueError):
-    pass
-
-
-class SFTModelError(ValueError):
-    pass
-
-
-class SFTOutOfMemory(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True)
-class SFTSettings:
-    lora_rank: int = 32
-    lora_alpha: int = 64
-    lora_dropout: float = 0.0
-    lora_targets: tuple[str, ...] = LORA_TARGETS_ALL_LINEAR
-    learning_rate: float = 1e-4
-    epochs: float = 3.0
-    max_length: int = 4096
-    batch_size: int = 1
-    grad_accum: int = 1
-    eval_fraction: float = 0.1
-    seed: int = 0
-    gradient_checkpointing: bool | None = None
-    save_steps: int = 50
-    eval_steps: int = 10
-
-    def check(self) -> None:
-        if self.max_length < 16:
-            raise SFTSettingsError("max_length too small", field="max_length")
-
-
-@dataclass
-class SFTProgress:
-    step: int
-    total_steps: int
-    epoch: float
-    loss: float | None
-    eval_loss: float | None
-    learning_rate: float | None
-    tokens_per_s: float | None
-
-
-@dataclass
-class SFTResult:
-    status: str
-    adapter_dir: Path | None
-    checkpoint_dir: Path | None
-    metrics: dict[str, Any]
-    manifest: dict[str, Any]
+__all__ = [
+    "SFTDataError",
+    "SFTModelError",
+    "SFTOutOfMemory",
+    "SFTProgress",
+    "SFTResult",
+    "SFTSettings",
+    "SFTSettingsError",
+]
 
 
 METRICS = {

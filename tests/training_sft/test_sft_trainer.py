@@ -13,10 +13,9 @@ from tests.paths import ROOT
 
 pytest.importorskip("trl", reason="the SFT trainer needs trl (the 'train' extra)")
 
-from training import sft_train
+from training import sft_records, sft_train
+from training.sft_records import IGNORE_INDEX, SFTDataError
 from training.sft_train import (
-    IGNORE_INDEX,
-    SFTDataError,
     SFTModelError,
     SFTSettings,
     SFTSettingsError,
@@ -68,7 +67,7 @@ def trained_text(tokenizer: Any, ids: list[int], labels: list[int]) -> str:
 
 
 def test_a_chat_record_trains_only_the_assistant_turns(tokenizer):
-    ids, labels = sft_train.chat_example(conversation("comet"), tokenizer, TEMPLATE, where="t")
+    ids, labels = sft_records.chat_example(conversation("comet"), tokenizer, TEMPLATE, where="t")
     text = trained_text(tokenizer, ids, labels)
     assert '<tool_call>\n{"name": "search", "arguments": {"query": "comet history"}}' in text
     assert "The comet was mapped in the d1 survey.<|im_end|>" in text
@@ -84,12 +83,12 @@ def test_a_chat_record_trains_only_the_assistant_turns(tokenizer):
 def test_a_token_record_trains_as_recorded(tmp_path, tokenizer):
     record = {"input_ids": [1, 2, 3, 4, 5], "labels": [-100, -100, 3, 4, -100]}
     path = write_lines(tmp_path / "t.jsonl", [record])
-    loaded = sft_train.records_load(path, tokenizer, chat_template=TEMPLATE, max_length=64)
+    loaded = sft_records.records_load(path, tokenizer, chat_template=TEMPLATE, max_length=64)
     (example,) = loaded.examples
     assert (example.input_ids, example.labels, example.source) == (
         [1, 2, 3, 4, 5],
         [-100, -100, 3, 4, -100],
-        sft_train.INPUT_TOKENS,
+        sft_records.INPUT_TOKENS,
     )
 
 
@@ -99,7 +98,7 @@ def test_long_records_are_cut_and_records_left_without_targets_dropped(tmp_path,
         {"input_ids": list(range(1, 41)), "labels": [-100] * 30 + list(range(31, 41))},
     ]
     path = write_lines(tmp_path / "t.jsonl", records)
-    loaded = sft_train.records_load(path, tokenizer, chat_template=None, max_length=25)
+    loaded = sft_records.records_load(path, tokenizer, chat_template=None, max_length=25)
     assert [len(e.input_ids) for e in loaded.examples] == [25]
     assert loaded.counts["truncated"] == 2 and loaded.counts["dropped_no_target"] == 1
 
@@ -117,21 +116,21 @@ def test_bad_export_lines_are_named(tmp_path, tokenizer, content, message):
     path = tmp_path / "t.jsonl"
     path.write_text(content)
     with pytest.raises(SFTDataError) as caught:
-        sft_train.records_load(path, tokenizer, chat_template=TEMPLATE, max_length=64)
+        sft_records.records_load(path, tokenizer, chat_template=TEMPLATE, max_length=64)
     assert str(caught.value).startswith(message)
 
 
 def test_the_eval_split_keeps_each_episode_whole():
     examples = [
-        sft_train.Example([1, 2], [-100, 2], episode=line // 2, line=line, source="chat_template")
+        sft_records.Example([1, 2], [-100, 2], episode=line // 2, line=line, source="chat_template")
         for line in range(20)
     ]
-    train, held = sft_train.split_by_episode(examples, 0.2, seed=3)
+    train, held = sft_records.split_by_episode(examples, 0.2, seed=3)
     assert {e.episode for e in train}.isdisjoint({e.episode for e in held})
     assert len({e.episode for e in held}) == 2 and len(held) == 4
-    assert sft_train.split_by_episode(examples, 0.2, seed=3)[1] == held  # seeded
+    assert sft_records.split_by_episode(examples, 0.2, seed=3)[1] == held  # seeded
     with pytest.raises(SFTDataError, match="at least 2 episodes"):
-        sft_train.split_by_episode(examples[:2], 0.2, seed=0)
+        sft_records.split_by_episode(examples[:2], 0.2, seed=0)
 
 
 @pytest.mark.parametrize(

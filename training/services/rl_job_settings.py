@@ -13,20 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_app.harness.reward import RewardWeights
+from training.lora import LORA_TARGETS_ALL_LINEAR, LORA_TARGETS_DEFAULT, MAX_LORA_RANK
 from training.models import RLAlgorithm
 from trajectories.models import TerminationPolicy
 from trajectories.services import rollouts
 
 MAX_GROUP_SIZE = 64
 MAX_STEPS = 10_000
-MAX_LORA_RANK = 64  # scripts/llm/serve.sh and docs/operations.md start vLLM with this rank
 MAX_SUBSTEPS = 64
 MAX_TOKENS_PER_TURN = 32_768
 MAX_SEQUENCE_TOKENS = 1_000_000
-LORA_TARGETS_DEFAULT = ("q_proj", "v_proj")
-LORA_TARGETS_ALL_LINEAR = (
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-)  # fmt: skip
 
 
 class RLJobError(ValueError):
