@@ -14,9 +14,10 @@ The manifest says which input the job trained on ("recorded_tokens", "chat_templ
 "mixed") and counts each.
 
 The eval split is by episode (`episode_of_line`), so no held-out trajectory shares a
-record with training. Besides TRL's eval loss (per-batch means), the job measures the
-mean log-probability per action token on the held-out records before and after training
-(token-weighted): the figure the Done-when of issue 18 asks to rise.
+record with training. Besides TRL's eval loss, the job measures the mean log-probability
+per action token on the held-out records before and after training, token-weighted, with
+its own forward pass (the chunked one the RL trainer uses). The two agree (minus each
+other, to the printed digits, in every run so far), so each checks the other.
 
 TRL's SFTTrainer brings checkpoints (every `save_steps`, at the end and when cancelled),
 resumption from the newest checkpoint, gradient accumulation and activation checkpointing;

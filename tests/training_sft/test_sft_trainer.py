@@ -175,7 +175,7 @@ SMALL = SFTSettings(
 )
 
 
-def test_sft_learns_the_approved_trajectories(tmp_path, smollm2_dir):
+def test_sft_learns_the_approved_trajectories(tmp_path, smollm2_dir, tokenizer):
     export = write_lines(tmp_path / "e.jsonl", [conversation(t) for t in TOPICS])
     points: list[sft_train.SFTProgress] = []
     result = sft_train.sft_train(
@@ -201,6 +201,37 @@ def test_sft_learns_the_approved_trajectories(tmp_path, smollm2_dir):
     config = json.loads((result.adapter_dir / "adapter_config.json").read_text())
     assert config["r"] == 8 and set(config["target_modules"]) == {"q_proj", "v_proj"}
     assert (result.adapter_dir / "adapter_model.safetensors").is_file()
+    # An RL job warm-started from it trains on from these weights.
+    warm_start_trains_on(smollm2_dir, result.adapter_dir, tokenizer)
+
+
+def warm_start_trains_on(model_dir: Path, adapter: Path, tokenizer: Any) -> None:
+    """The RL trainer loaded from the SFT adapter scores an approved action above the base
+    model does, and a step with a positive advantage raises it further."""
+    from training.rl.batches import TrainSequence
+    from training.rl.trainer import LoraSettings, PolicyTrainer, TrainSettings
+
+    ids, labels = sft_records.chat_example(conversation("volcano"), tokenizer, TEMPLATE, where="t")
+    # The last assistant message (the final answer) as the sampled response.
+    trained = [i for i, label in enumerate(labels) if label != IGNORE_INDEX]
+    start = max(i for i in trained if labels[i - 1] == IGNORE_INDEX)
+    reply = ids[start : trained[-1] + 1]
+    seq = TrainSequence(
+        sample_id="0-0", group_id=0, episode_id=0, segment_idx=0, policy_version="sft",
+        prompt_ids=ids[:start], response_ids=reply, loss_mask=[1] * len(reply),
+        rollout_logprobs=[-1.0] * len(reply), reward=1.0, advantage=1.0,
+        termination_reason="end_search",
+    )  # fmt: skip
+    settings = TrainSettings(lr=1e-3, behaviour_logprobs="trainer")
+    base = PolicyTrainer(model_dir, lora=LoraSettings(rank=8), settings=settings)
+    base_logprob = sum(base.recompute_logprobs([seq])[0])
+    del base
+    warm = PolicyTrainer(model_dir, adapter_dir=adapter, settings=settings)
+    assert warm.restore_optimizer(adapter) is False  # SFT leaves no RL optimiser state
+    warm_logprob = sum(warm.recompute_logprobs([seq])[0])
+    assert warm_logprob > base_logprob
+    warm.train_step([seq])
+    assert sum(warm.recompute_logprobs([seq])[0]) > warm_logprob
 
 
 def test_a_cancelled_run_keeps_a_checkpoint_and_resumes_to_the_same_schedule(tmp_path, smollm2_dir):

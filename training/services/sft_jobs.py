@@ -24,7 +24,6 @@ import importlib
 import importlib.util
 import logging
 import time
-from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -320,9 +319,7 @@ def sft_job_run(*, job_id: int) -> SFTJob | None:
 def _train_and_publish(
     job: SFTJob, trainer: ModuleType, progress: _Progress, *, resume: bool
 ) -> None:
-    trainer_settings = trainer.SFTSettings(
-        **{**asdict(_job_settings(job)), "lora_targets": tuple(job.lora_targets)}
-    )
+    trainer_settings = _job_settings(job).trainer_settings()
     trainer_settings.check()
     result = trainer.sft_train(
         model_dir=job.base_model_dir,
