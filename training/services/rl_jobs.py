@@ -48,6 +48,7 @@ from training.rl import publish
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
+from training.services.policies import adapter_policy
 from training.services.rl_job_settings import (
     LORA_TARGETS_DEFAULT,
     MAX_GROUP_SIZE,
@@ -472,21 +473,9 @@ def _trainer_keep(key: tuple[int, int], trainer: Any) -> None:
 def _job_policy(job: RLJob, *, name: str, model: str) -> PolicyConfig:
     """A policy of the job: the base policy's settings with the job's sampling."""
     base = job.base_policy
-    policy, _ = PolicyConfig.objects.update_or_create(
-        name=name,
-        defaults={
-            "kind": PolicyKind.OPENAI,
-            "base_url": base.base_url,
-            "model": model,
-            "sampling": job_sampling(job, base.sampling or {}),
-            "system_prompt_version": base.system_prompt_version,
-            "tool_call_format": base.tool_call_format,
-            "tool_parser": base.tool_parser,
-            "context_mode": base.context_mode,
-            "context_limit": base.context_limit,
-        },
+    return adapter_policy(
+        base, name=name, model=model, sampling=job_sampling(job, base.sampling or {})
     )
-    return policy
 
 
 def _version0_policy(job: RLJob) -> PolicyConfig:

@@ -44,6 +44,7 @@ from training.models import (
     SFTJobStatus,
 )
 from training.rl import publish
+from training.services.policies import adapter_policy
 from training.services.sft_job_settings import SFTJobError, SFTJobSettings, sft_settings_from
 from trajectories.rollout import model_server_api_key
 
@@ -374,22 +375,8 @@ def _publish(job: SFTJob) -> None:
     publish.adapter_serve(
         base_url, name=name, path=Path(job.adapter_path), api_key=model_server_api_key(base_url)
     )
-    base = job.base_policy
     with transaction.atomic():
-        policy, _ = PolicyConfig.objects.update_or_create(
-            name=name,
-            defaults={
-                "kind": PolicyKind.OPENAI,
-                "base_url": base.base_url,
-                "model": name,
-                "sampling": base.sampling,
-                "system_prompt_version": base.system_prompt_version,
-                "tool_call_format": base.tool_call_format,
-                "tool_parser": base.tool_parser,
-                "context_mode": base.context_mode,
-                "context_limit": base.context_limit,
-            },
-        )
+        policy = adapter_policy(job.base_policy, name=name, model=name)
         SFTJob.objects.filter(pk=job.pk).update(
             status=SFTJobStatus.COMPLETED, policy=policy, error="", finished_at=timezone.now()
         )
