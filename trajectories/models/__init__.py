@@ -310,6 +310,10 @@ class ModelCall(models.Model):
     # non-trainable.
     agent = models.CharField(max_length=16, blank=True)
     aborted = models.BooleanField(default=False)
+    # Recorded calls only: the API the agent spoke ("chat", "messages" or "responses"); the
+    # stored request and
+    # response are the chat completion the proxy translated it to (docs/proxy.md).
+    api = models.CharField(max_length=12, blank=True)
     # What a token-in prompt was rendered from: all of it when `rerendered` (the prompt was
     # rebuilt, so the call is a training sequence of its own), else the messages new since
     # the previous call (selectors.calls.turn_prompts joins them). Empty for chat requests.
@@ -465,6 +469,9 @@ class RecordingSession(models.Model):
     key_hash = models.CharField(max_length=64, unique=True)
     key_hint = models.CharField(max_length=16, help_text="the key's first characters")
     metadata = models.JSONField(default=dict, blank=True)
+    # The trainer's sampling, applied to every call whatever the agent asks: model name
+    # mapping, temperature, top_p and the max_tokens clamp (proxy_protocol.SamplingOverrides).
+    sampling = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
