@@ -311,8 +311,7 @@ class ModelCall(models.Model):
     agent = models.CharField(max_length=16, blank=True)
     aborted = models.BooleanField(default=False)
     # Recorded calls only: the API the agent spoke ("chat", "messages" or "responses"); the
-    # stored request and
-    # response are the chat completion the proxy translated it to (docs/proxy.md).
+    # stored request and response are the chat completion it was translated to.
     api = models.CharField(max_length=12, blank=True)
     # What a token-in prompt was rendered from: all of it when `rerendered` (the prompt was
     # rebuilt, so the call is a training sequence of its own), else the messages new since
