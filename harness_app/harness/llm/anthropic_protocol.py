@@ -254,9 +254,7 @@ def _tools(body: dict[str, Any], chat: dict[str, Any]) -> None:
     if choice is None:
         return
     if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
-        raise ProtocolError(
-            "tool_choice must be an object of type auto, any, tool or none", "tool_choice"
-        )
+        raise ProtocolError("tool_choice must be of type auto, any, tool or none", "tool_choice")
     names = {f["function"]["name"] for f in functions}
     chat_choice = _chat_tool_choice(choice, names)
     if functions:
@@ -278,11 +276,10 @@ def _function_tool(tool: Any, where: str) -> dict[str, Any] | None:
     if not isinstance(schema, dict):
         raise ProtocolError(f"{where}.input_schema must be an object", f"{where}.input_schema")
     function: dict[str, Any] = {"name": name, "parameters": schema}
-    description = tool.get("description")
-    if description is not None:
-        if not isinstance(description, str):
+    if "description" in tool:
+        if not isinstance(tool["description"], str):
             raise ProtocolError(f"{where}.description must be a string", f"{where}.description")
-        function["description"] = description
+        function["description"] = tool["description"]
     return {"type": "function", "function": function}
 
 
@@ -291,10 +288,7 @@ def _chat_tool_choice(choice: dict[str, Any], names: set[str]) -> Any:
     if kind in ("none", "auto"):
         return kind
     if not names:
-        raise ProtocolError(
-            f"tool_choice {kind} needs a tool the proxy can forward (server tools are dropped)",
-            "tool_choice",
-        )
+        raise ProtocolError(f"tool_choice {kind} needs a tool besides server tools", "tool_choice")
     if kind == "any":
         return "required"
     name = choice.get("name")
@@ -422,6 +416,11 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
 # --- stream --------------------------------------------------------------------------------
 
 
+_DELTA = (
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":%b}\n\n'
+)
+
+
 def _event(name: str, **data: Any) -> bytes:
     return b"event: %b\ndata: %b\n\n" % (name.encode(), orjson.dumps({"type": name, **data}))
 
@@ -507,7 +506,8 @@ class MessagesStream:
         out.append(_event("content_block_start", index=self.index, content_block=block))
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
-        return _event("content_block_delta", index=self.index, delta=delta)
+        # The one event sent per token: its frame is formatted, not built as a dict.
+        return _DELTA % (self.index, orjson.dumps(delta))
 
     def _feed_tool_part(self, part: Mapping[str, Any], out: list[bytes]) -> None:
         chat_index = int(part.get("index", 0))
