@@ -606,3 +606,11 @@ def test_errors_take_anthropics_type_for_their_status(status, kind):
 def test_upstream_errors_keep_their_message(content, message):
     body = anthropic_error_from_upstream(400, content)
     assert body == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+
+
+def test_an_error_chunk_from_vllm_midway_ends_the_stream_with_an_error_event():
+    stream = MessagesStream(model="m")
+    stream.feed(chunk({"content": "a"}))
+    failed = {"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}
+    assert parse_sse(stream.feed(failed))[0][1]["error"]["message"] == "engine died"
+    assert stream.finish() == b""

@@ -325,33 +325,27 @@ def messages_response_from_chat(chat: Mapping[str, Any], *, model: str) -> dict[
             }
         )
     usage = chat.get("usage") or {}
-    return _message(
-        msg_id,
-        model,
-        content,
-        _stop(choice.get("finish_reason"), choice.get("stop_reason"), bool(calls)),
-        _usage(
-            usage.get("prompt_tokens") or _count(chat.get("prompt_token_ids")),
-            usage.get("completion_tokens") or _count(choice.get("token_ids")),
-        ),
+    stop_reason, stop_sequence = _stop(
+        choice.get("finish_reason"), choice.get("stop_reason"), bool(calls)
     )
+    counts = _usage(
+        usage.get("prompt_tokens") or _count(chat.get("prompt_token_ids")),
+        usage.get("completion_tokens") or _count(choice.get("token_ids")),
+    )
+    message = _message(msg_id, model, content, counts)
+    return message | {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
 
 
-def _message(
-    msg_id: str,
-    model: str,
-    content: list[dict[str, Any]],
-    stop: tuple[str | None, str | None],
-    usage: dict[str, int],
-) -> dict[str, Any]:
+def _message(msg_id: str, model: str, content: list[Any], usage: dict[str, int]) -> dict[str, Any]:
+    """A message with no stop reason yet, as message_start sends it."""
     return {
         "id": msg_id,
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": stop[0],
-        "stop_sequence": stop[1],
+        "stop_reason": None,
+        "stop_sequence": None,
         "usage": usage,
     }
 
@@ -403,14 +397,12 @@ def _stop(finish: Any, matched: Any, has_tool_calls: bool) -> tuple[str, str | N
     return "end_turn", None
 
 
+# vLLM's prefix cache is not billed apart: both cache counts stay 0.
+_NO_CACHE = {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+
 def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
-    # vLLM's prefix cache is not billed apart: both cache counts stay 0.
-    return {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-    }
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens, **_NO_CACHE}
 
 
 # --- stream --------------------------------------------------------------------------------
@@ -460,6 +452,9 @@ class MessagesStream:
         """b"" when nothing is to be sent yet, else one or more whole SSE events."""
         if self.finished:
             return b""
+        if "error" in chunk:
+            # vLLM reports a failure after the stream has started as a chunk of its own.
+            return self.error(_error_message(chunk) or "the model server failed midway")
         out: list[bytes] = []
         if not self.started:
             out.append(self._start(chunk))
@@ -481,7 +476,7 @@ class MessagesStream:
         self.msg_id = _message_id(chunk.get("id"))
         usage = chunk.get("usage") or {}
         self.input_tokens = _count(chunk.get("prompt_token_ids")) or usage.get("prompt_tokens") or 0
-        message = _message(self.msg_id, self.model, [], (None, None), _usage(self.input_tokens, 0))
+        message = _message(self.msg_id, self.model, [], _usage(self.input_tokens, 0))
         return _event("message_start", message=message) + _event("ping")
 
     def _feed_delta(self, delta: Mapping[str, Any], out: list[bytes]) -> None:
@@ -587,13 +582,17 @@ def _upstream_message(status: int, content: bytes) -> str:
         body = orjson.loads(content)
     except orjson.JSONDecodeError:
         body = None
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
-        if isinstance(error, str):
-            return error
-        if isinstance(body.get("message"), str):  # vLLM's older {"object": "error", ...}
-            return body["message"]
+    if message := _error_message(body):
+        return message
     text = content.decode(errors="replace").strip()
     return text[:2000] if text else f"the model server answered HTTP {status}"
+
+
+def _error_message(body: Any) -> str:
+    """The message of {"error": {"message": ...}}, of vLLM's older {"object": "error",
+    "message": ...}, or of {"error": "..."}; "" when there is none."""
+    while isinstance(body, Mapping):
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+        body = body.get("error")
+    return body if isinstance(body, str) else ""
