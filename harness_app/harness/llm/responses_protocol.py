@@ -79,6 +79,7 @@ def responses_response_from_chat(
         int(usage.get("completion_tokens") or _count(choice.get("token_ids"))),
     )
     response = _response(f"resp_{base}", model, request, output, counts)
+    response["created_at"] = int(chat.get("created") or response["created_at"])
     return _with_status(response, choice.get("finish_reason"))
 
 
@@ -202,7 +203,7 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     # vLLM's prefix cache is not reported apart, and the student's reasoning is not counted.
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": input_tokens + output_tokens,

@@ -44,7 +44,8 @@ def chat_request_from_responses(body: Any) -> dict[str, Any]:
         raise ProtocolError("the request body must be a JSON object")
     if body.get("previous_response_id") is not None:
         raise ProtocolError(
-            "the recording proxy stores no responses: send the whole input with store=false",
+            "previous_response_id is not supported: the recording proxy stores no responses; "
+            "send the whole input with store=false",
             "previous_response_id",
         )
     model = body.get("model")
