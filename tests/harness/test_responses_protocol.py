@@ -53,7 +53,10 @@ def codex_request() -> dict:
                 "type": "message",
                 "role": "user",
                 "content": [
-                    {"type": "input_text", "text": "<environment_context>/repo</environment_context>"},
+                    {
+                        "type": "input_text",
+                        "text": "<environment_context>/repo</environment_context>",
+                    },
                     {"type": "input_text", "text": "Add a.txt and list the files."},
                 ],
             },
@@ -63,7 +66,12 @@ def codex_request() -> dict:
                 "role": "assistant",
                 "content": [{"type": "output_text", "text": "Adding the file."}],
             },
-            {"type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch", "input": PATCH},
+            {
+                "type": "custom_tool_call",
+                "call_id": "call_p",
+                "name": "apply_patch",
+                "input": PATCH,
+            },
             {
                 "type": "function_call",
                 "call_id": "call_s",
@@ -182,7 +190,10 @@ def test_a_function_call_without_an_assistant_message_gets_one_of_its_own() -> N
     [
         ("required", "required"),
         ("none", "none"),
-        ({"type": "function", "name": "shell"}, {"type": "function", "function": {"name": "shell"}}),
+        (
+            {"type": "function", "name": "shell"},
+            {"type": "function", "function": {"name": "shell"}},
+        ),
         (
             {"type": "custom", "name": "apply_patch"},
             {"type": "function", "function": {"name": "apply_patch"}},
@@ -210,6 +221,10 @@ def _with_input(*items: object) -> dict:
         ([], None),
         ({"model": "m", "input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
         ({"input": "x"}, "model"),
+        ({"model": "m", "input": "x", "conversation": "conv_1"}, "conversation"),
+        ({"model": "m", "input": "x", "background": True}, "background"),
+        ({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice"),
+        ({"model": "m", "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
         ({"model": "m"}, "input"),
         ({"model": "m", "input": []}, "input"),
         ({"model": "m", "input": "x", "instructions": ["a"]}, "instructions"),
@@ -230,8 +245,14 @@ def _with_input(*items: object) -> dict:
         (_with_input({"role": "user", "content": [{"type": "input_text"}]}), "input[0].content[0]"),
         (_with_input({"type": "item_reference", "id": "msg_1"}), "input[0].type"),
         (_with_input({"type": "local_shell_call", "id": "x"}), "input[0].type"),
-        (_with_input({"type": "function_call", "name": "f", "arguments": "{}"}), "input[0].call_id"),
-        (_with_input({"type": "function_call", "call_id": "c", "arguments": "{}"}), "input[0].name"),
+        (
+            _with_input({"type": "function_call", "name": "f", "arguments": "{}"}),
+            "input[0].call_id",
+        ),
+        (
+            _with_input({"type": "function_call", "call_id": "c", "arguments": "{}"}),
+            "input[0].name",
+        ),
         (
             _with_input({"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}),
             "input[0].arguments",
@@ -354,7 +375,7 @@ def test_a_text_answer_becomes_a_completed_response_echoing_the_request() -> Non
         "usage": USAGE_4_2,
     }
     assert "token_ids" not in json.dumps(response)
-    assert "logprob\"" not in json.dumps(response)
+    assert 'logprob"' not in json.dumps(response)
 
 
 def test_reasoning_and_tool_calls_become_their_items_in_order() -> None:
@@ -453,7 +474,7 @@ def text_chunks(finish: str = "stop") -> list[dict]:
     return [
         chunk({"role": "assistant", "content": ""}, prompt_token_ids=[1, 2, 3]),
         chunk({"content": "Hel"}),
-        chunk({"content": "lo, \"wörld\"\n"}),
+        chunk({"content": 'lo, "wörld"\n'}),
         chunk({"content": ""}, finish),
         usage_chunk(3, 3),
     ]
@@ -536,7 +557,9 @@ def test_a_streamed_text_answer_gives_the_responses_event_sequence() -> None:
 def test_a_streamed_answer_equals_the_whole_answer() -> None:
     _, events = run_stream(text_chunks())
     whole = responses_response_from_chat(
-        chat_answer({"content": 'Hello, "wörld"\n'}, usage={"prompt_tokens": 3, "completion_tokens": 3}),
+        chat_answer(
+            {"content": 'Hello, "wörld"\n'}, usage={"prompt_tokens": 3, "completion_tokens": 3}
+        ),
         model="gpt-5-codex",
         request=codex_request(),
     )
@@ -635,4 +658,6 @@ def test_the_openai_sdk_accepts_the_stream(chunks: list[dict]) -> None:
     if events[-1]["type"] == "response.completed":
         parsed = state._completed_response
         assert parsed is not None
-        assert [item.type for item in parsed.output] == [i["type"] for i in events[-1]["response"]["output"]]
+        assert [item.type for item in parsed.output] == [
+            i["type"] for i in events[-1]["response"]["output"]
+        ]

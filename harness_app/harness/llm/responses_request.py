@@ -27,6 +27,8 @@ _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "develop
 _TEXT_PARTS = ("input_text", "output_text", "refusal", "text")
 _UNSUPPORTED_PARTS = ("input_image", "input_file", "input_audio")
 _SAMPLING = ("temperature", "top_p")
+# Keys that ask the server to keep or run things between calls, which the proxy cannot.
+_SERVER_STATE = ("conversation", "background")
 # Keys of a Responses request ignored on purpose: reasoning (the student does not reason on
 # request), include, store, text, prompt_cache_key, metadata, service_tier, truncation, user.
 
@@ -42,6 +44,13 @@ def chat_request_from_responses(body: Any) -> dict[str, Any]:
     """
     if not isinstance(body, dict):
         raise ProtocolError("the request body must be a JSON object")
+    for key in _SERVER_STATE:
+        if body.get(key) not in (None, False):
+            raise ProtocolError(
+                f"{key} is not supported: the recording proxy keeps no state between calls; "
+                "send the whole input with store=false",
+                key,
+            )
     if body.get("previous_response_id") is not None:
         raise ProtocolError(
             "previous_response_id is not supported: the recording proxy stores no responses; "
@@ -166,9 +175,11 @@ def _tools(body: dict[str, Any], chat: dict[str, Any]) -> None:
     if functions:
         chat["tools"] = functions
     choice = body.get("tool_choice")
-    if choice is not None and functions:
+    if choice is not None:
         names = {f["function"]["name"] for f in functions}
-        chat["tool_choice"] = _chat_tool_choice(choice, names)
+        chat_choice = _chat_tool_choice(choice, names)
+        if functions:
+            chat["tool_choice"] = chat_choice
     parallel = body.get("parallel_tool_calls")
     if parallel is not None:
         if not isinstance(parallel, bool):
@@ -208,7 +219,13 @@ def _function_tool(tool: Any, where: str) -> dict[str, Any] | None:
 
 
 def _chat_tool_choice(choice: Any, names: set[str]) -> Any:
-    if choice in ("auto", "none", "required"):
+    if choice in ("auto", "none"):
+        return choice
+    if choice == "required":
+        if not names:
+            raise ProtocolError(
+                "tool_choice required needs a function or custom tool", "tool_choice"
+            )
         return choice
     if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
         name = choice.get("name")
