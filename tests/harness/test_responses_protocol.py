@@ -661,3 +661,25 @@ def test_the_openai_sdk_accepts_the_stream(chunks: list[dict]) -> None:
         assert [item.type for item in parsed.output] == [
             i["type"] for i in events[-1]["response"]["output"]
         ]
+
+
+def test_the_openai_sdk_accepts_whole_responses_and_failures() -> None:
+    types = pytest.importorskip("openai.types.responses")
+    message = {
+        "reasoning_content": "Think.",
+        "content": "Patching.",
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "apply_patch", "arguments": "{}"}}
+        ],
+    }
+    whole = responses_response_from_chat(
+        chat_answer(message, "length"), model="m", request=codex_request()
+    )
+    parsed = types.Response.model_validate(whole)
+    assert [item.type for item in parsed.output] == ["reasoning", "message", "custom_tool_call"]
+    assert parsed.output_text == "Patching."
+    failed = ResponsesStream(model="m", request=codex_request()).error("engine dead")
+    data = json.loads(failed.decode().rsplit("data: ", 1)[1])
+    event = types.ResponseFailedEvent.model_validate(data)
+    assert event.response.error is not None
+    assert event.response.error.message == "engine dead"

@@ -1,8 +1,8 @@
 """The OpenAI Responses API, translated to and from OpenAI chat completions: pure, no HTTP.
 
 Codex CLI speaks only `POST /v1/responses`. The recording proxy does not forward that: it
-turns the request into a chat completions request (`chat_request_from_responses`), sends it
-to vLLM the proven way (token ids and logprobs captured by proxy_protocol.py), and turns the
+turns the request into a chat completions request (`chat_request_from_responses`, written
+in responses_request.py and re-exported here), sends it to vLLM the proven way (token ids and logprobs captured by proxy_protocol.py), and turns the
 chat answer back into a Responses `response`, whole (`responses_response_from_chat`) or as
 the Responses API's server-sent events, one vLLM chunk at a time (`ResponsesStream`). Token
 ids and logprobs never reach the agent: the translation only reads the message, the finish
