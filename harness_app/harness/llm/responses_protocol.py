@@ -2,16 +2,16 @@
 
 Codex CLI speaks only `POST /v1/responses`. The recording proxy does not forward that: it
 turns the request into a chat completions request (`chat_request_from_responses`, written
-in responses_request.py and re-exported here), sends it to vLLM the proven way (token ids and logprobs captured by proxy_protocol.py), and turns the
-chat answer back into a Responses `response`, whole (`responses_response_from_chat`) or as
-the Responses API's server-sent events, one vLLM chunk at a time (`ResponsesStream`). Token
-ids and logprobs never reach the agent: the translation only reads the message, the finish
-and the usage.
+in responses_request.py and re-exported here), sends it to vLLM the proven way (token ids
+and logprobs captured by proxy_protocol.py), and turns the chat answer back into a
+Responses `response`, whole (`responses_response_from_chat`) or as the Responses API's
+server-sent events, one vLLM chunk at a time (`ResponsesStream`). Token ids and logprobs
+never reach the agent: the translation only reads the message, the finish and the usage.
 
 Choices where the two APIs differ (docs/proxy.md says the same for readers):
-- Nothing is stored server-side: `previous_response_id` is refused, clients send the whole
-  input with store=false (as Codex does). item_reference items are refused for the same
-  reason.
+- Nothing is stored server-side: `previous_response_id`, `conversation`, `background` and
+  item_reference items are refused; clients send the whole input with store=false (as
+  Codex does).
 - `developer` messages become `system` messages: the student's chat template knows system.
 - Text parts of one message are joined with PART_SEPARATOR, as vLLM joins text parts itself.
 - Reasoning items in the input are dropped: the student's chat template renders no
