@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS := requirements/constraints.txt
 PORT ?= 8000
 
-.PHONY: run test lint install install-dev demo clean-data llm lock
+.PHONY: run test lint install install-dev demo clean-data llm lock harnesses
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,16 @@ clean-data:
 llm:
 	scripts/llm/setup.sh
 	scripts/llm/serve.sh
+
+# The four coding-agent CLIs Polar trained (Claude Code, Codex, Qwen Code, Pi), pinned in
+# harnesses/package-lock.json and installed into harnesses/node_modules, never globally.
+# trajectories/agent_clis.py runs them headless against the recording proxy.
+HARNESS_STAMP := harnesses/node_modules/.installed
+$(HARNESS_STAMP): harnesses/package.json harnesses/package-lock.json
+	cd harnesses && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+harnesses: $(HARNESS_STAMP)
 
 # Refresh the locks after changing dependencies: constraints.txt pins everything the dev
 # venv has (dev and train extras included); base.txt pins what the runtime alone needs.

@@ -107,28 +107,83 @@ def conversation(prompt_chars: int, turn: int) -> list[dict[str, str]]:
     ]
 
 
-def timed_calls(
-    client: Any, url: str, n: int, prompt_chars: int, stream: bool, *, as_forwarded: bool = False
-) -> list[float]:
-    """n calls' times in ms. `as_forwarded` sends the body the proxy would forward (token
-    capture added), which is what the upstream serves for a proxied call."""
-    from harness_app.harness.llm.proxy_protocol import upstream_request
+API_PATHS = {"chat": "chat/completions", "messages": "messages", "responses": "responses"}
 
-    times = []
+
+def agent_body(api: str, prompt_chars: int, turn: int, stream: bool) -> dict[str, Any]:
+    """The body an agent speaking `api` sends: the same conversation in each API's shape."""
+    system, *rest = conversation(prompt_chars, turn)
+    if api == "messages":
+        return {
+            "model": "bench",
+            "max_tokens": 64,
+            "system": [{"type": "text", "text": system["content"]}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": m["content"]}]} for m in rest
+            ],
+            "stream": stream,
+        }
+    if api == "responses":
+        return {
+            "model": "bench",
+            "instructions": system["content"],
+            "input": [
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": m["content"]}],
+                }
+                for m in rest
+            ],
+            "store": False,
+            "stream": stream,
+        }
+    return {"model": "bench", "messages": [system, *rest], "stream": stream}
+
+
+def forwarded_body(api: str, body: dict[str, Any]) -> dict[str, Any]:
+    """What the proxy sends upstream for `body`: translated to chat, token capture added."""
+    from harness_app.harness.llm.anthropic_protocol import chat_request_from_messages
+    from harness_app.harness.llm.proxy_protocol import upstream_request
+    from harness_app.harness.llm.responses_protocol import chat_request_from_responses
+
+    translate = {"messages": chat_request_from_messages, "responses": chat_request_from_responses}
+    chat = translate[api](body) if api in translate else body
+    return upstream_request(chat)[0]
+
+
+def timed_calls(
+    client: Any,
+    url: str,
+    n: int,
+    prompt_chars: int,
+    stream: bool,
+    *,
+    api: str = "chat",
+    as_forwarded: bool = False,
+) -> tuple[list[float], list[float]]:
+    """n calls' whole times and times to the first byte, in ms. `as_forwarded` sends the
+    body the proxy would forward (translated, token capture added), which is what the
+    upstream serves for a proxied call."""
+    times, firsts = [], []
     for i in range(n):
-        body = {"model": "bench", "messages": conversation(prompt_chars, i), "stream": stream}
+        body = agent_body(api, prompt_chars, i, stream)
         if as_forwarded:
-            body = upstream_request(body)[0]
+            body = forwarded_body(api, body)
         started = time.perf_counter()
+        first = 0.0
         if stream:
             with client.stream("POST", url, json=body) as response:
-                for _ in response.iter_bytes():
-                    pass
+                for _ in response.iter_raw():
+                    if not first:
+                        first = time.perf_counter()
         else:
             response = client.post(url, json=body)
-        times.append((time.perf_counter() - started) * 1000)
+        done = time.perf_counter()
+        times.append((done - started) * 1000)
+        firsts.append(((first or done) - started) * 1000)
         assert response.status_code == 200, response.text
-    return times
+    return times, firsts
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -158,12 +213,39 @@ def sustained(base: str, threads: int, seconds: float, prompt_chars: int) -> tup
     return sum(done), time.perf_counter() - started
 
 
+def bench_one(
+    client: Any, api: str, url: str, direct_url: str, stream: bool, args: argparse.Namespace
+) -> None:
+    n, chars = args.calls, args.prompt_chars
+    timed_calls(client, url, 20, chars, stream, api=api)  # warm up
+    timed_calls(client, direct_url, 20, chars, stream, api=api, as_forwarded=True)
+    forwarded, forwarded_first = timed_calls(
+        client, direct_url, n, chars, stream, api=api, as_forwarded=True
+    )
+    proxied, proxied_first = timed_calls(client, url, n, chars, stream, api=api)
+    p50, base = statistics.median(proxied), statistics.median(forwarded)
+    line = (
+        f"{api:9s} {'streamed' if stream else 'whole':8s} forwarded {base:5.2f} · proxied "
+        f"{p50:5.2f} (p99 {percentile(proxied, 0.99):5.2f}) · proxy work {p50 - base:5.2f}"
+    )
+    if api == "chat":
+        agent, _ = timed_calls(client, direct_url, n, chars, stream)
+        line += f" · agent sees {p50 - statistics.median(agent):5.2f}"
+    if stream:
+        added = statistics.median(proxied_first) - statistics.median(forwarded_first)
+        line += f" · first byte +{added:4.2f}"
+    print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--prompt-chars", type=int, default=8000, help="≈ prompt tokens")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--api", nargs="+", choices=sorted(API_PATHS), default=["chat", "messages", "responses"]
+    )
     args = parser.parse_args()
     setup()
     import httpx
@@ -186,21 +268,10 @@ def main() -> None:
             "token ids and logprobs."
         )
         with httpx.Client(timeout=30) as client:
-            for stream in (False, True):
-                n, chars = args.calls, args.prompt_chars
-                timed_calls(client, proxy_url, 20, chars, stream)  # warm up
-                timed_calls(client, direct_url, 20, chars, stream, as_forwarded=True)
-                agent = statistics.median(timed_calls(client, direct_url, n, chars, stream))
-                forwarded = statistics.median(
-                    timed_calls(client, direct_url, n, chars, stream, as_forwarded=True)
-                )
-                proxied = timed_calls(client, proxy_url, n, chars, stream)
-                p50 = statistics.median(proxied)
-                print(
-                    f"{'streamed' if stream else 'whole':8s} direct {agent:5.2f} · forwarded "
-                    f"{forwarded:5.2f} · proxied {p50:5.2f} (p99 {percentile(proxied, 0.99):5.2f})"
-                    f" · proxy work {p50 - forwarded:5.2f} · agent sees {p50 - agent:5.2f}"
-                )
+            for api in args.api:
+                url = f"{base}/proxy/{key}/v1/{API_PATHS[api]}"
+                for stream in (False, True):
+                    bench_one(client, api, url, direct_url, stream, args)
         calls, elapsed = sustained(proxy_url, args.threads, args.seconds, args.prompt_chars)
         print(
             f"sustained: {calls} calls in {elapsed:.1f} s with {args.threads} client threads "

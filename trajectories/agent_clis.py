@@ -11,6 +11,7 @@ the worker holds. Only the variables in `_PASSED_THROUGH` carry over.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import signal
@@ -91,7 +92,185 @@ def cli_launch(
         if not command:
             raise CliError("a harness of kind 'command' needs its command line")
         return CliLaunch(argv=[*command, instruction], env=env)
-    raise CliError(f"harness {kind!r} is not wired yet")
+    binary = cli_binary(kind)
+    return _LAUNCHERS[kind](
+        binary, base_url=base_url, model=model, instruction=instruction, env=env
+    )
+
+
+def cli_binary(kind: str) -> str:
+    """The installed CLI's entry point; CliError when `make harnesses` has not run."""
+    binary = HARNESS_DIR / "node_modules" / ".bin" / _BINARIES[kind]
+    if not binary.exists():
+        raise CliError(f"the {kind} CLI is not installed ({binary}); run `make harnesses`")
+    return str(binary)
+
+
+def installed_clis() -> dict[str, str]:
+    """Each installed CLI's version, from its package.json (kind → version)."""
+    found = {}
+    for kind, package in _PACKAGES.items():
+        manifest = HARNESS_DIR / "node_modules" / package / "package.json"
+        try:
+            found[kind] = str(json.loads(manifest.read_text())["version"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
+# --- the four CLIs -------------------------------------------------------------------------
+# Each is told where the proxy is, runs one instruction headless and exits, and has every
+# call home switched off: telemetry, update checks, error reports, plugins. There is no
+# internet where they run, and a recorded run must not reach a vendor where there is.
+
+_PACKAGES = {
+    "claude": "@anthropic-ai/claude-code",
+    "codex": "@openai/codex",
+    "qwen": "@qwen-code/qwen-code",
+    "pi": "@mariozechner/pi-coding-agent",
+}
+_BINARIES = {"claude": "claude", "codex": "codex", "qwen": "qwen", "pi": "pi"}
+MAX_AGENT_TURNS = 8  # a recorded run is a handful of calls, not an open-ended session
+
+
+def _claude(
+    binary: str, *, base_url: str, model: str, instruction: str, env: dict[str, str]
+) -> CliLaunch:
+    # Anthropic Messages API; the client adds /v1/messages to ANTHROPIC_BASE_URL. As root it
+    # refuses --dangerously-skip-permissions, so the tools are allowed by name instead.
+    env.update(
+        ANTHROPIC_SMALL_FAST_MODEL=model,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL=model,
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+        DISABLE_BUG_COMMAND="1",
+        CLAUDE_CODE_DISABLE_TERMINAL_TITLE="1",
+    )
+    argv = [
+        binary,
+        "-p",
+        instruction,
+        "--model",
+        model,
+        "--max-turns",
+        str(MAX_AGENT_TURNS),
+        "--allowedTools",
+        "Bash,Read,Edit,Write,Glob,Grep",
+        "--output-format",
+        "json",
+    ]
+    return CliLaunch(argv=argv, env=env)
+
+
+def _codex(
+    binary: str, *, base_url: str, model: str, instruction: str, env: dict[str, str]
+) -> CliLaunch:
+    # Responses API only (0.169 refuses wire_api = "chat"); a provider of our own, read
+    # from $CODEX_HOME/config.toml. It waits on stdin unless stdin is closed (launch_run).
+    env["CODEX_HOME"] = str(Path(env["HOME"]) / ".codex")
+    config = "\n".join(
+        [
+            f"model = {json.dumps(model)}",
+            'model_provider = "recorder"',
+            "check_for_update_on_startup = false",
+            'approval_policy = "never"',
+            "",
+            "[model_providers.recorder]",
+            'name = "recording proxy"',
+            f"base_url = {json.dumps(base_url + '/v1')}",
+            'env_key = "OPENAI_API_KEY"',
+            'wire_api = "responses"',
+            "request_max_retries = 0",
+            "stream_max_retries = 0",
+            "",
+            "[analytics]",
+            "enabled = false",
+            "",
+            "[feedback]",
+            "enabled = false",
+            "",
+            "[otel]",
+            'exporter = "none"',
+            "",
+        ]
+    )
+    argv = [
+        binary,
+        "exec",
+        "--sandbox",
+        "workspace-write",
+        "--skip-git-repo-check",
+        "--color",
+        "never",
+        "--model",
+        model,
+        instruction,
+    ]
+    return CliLaunch(argv=argv, env=env, files={".codex/config.toml": config})
+
+
+def _qwen(
+    binary: str, *, base_url: str, model: str, instruction: str, env: dict[str, str]
+) -> CliLaunch:
+    # Chat completions through the OpenAI variables; --yolo runs its tools without asking.
+    settings = {
+        "general": {"enableAutoUpdate": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "memory": {
+            "enableManagedAutoMemory": False,
+            "enableManagedAutoDream": False,
+            "enableAutoSkill": False,
+        },
+        "security": {"auth": {"selectedType": "openai"}},
+        "model": {"maxSessionTurns": MAX_AGENT_TURNS},
+    }
+    argv = [binary, "--yolo", "--auth-type", "openai", "--model", model, "--prompt", instruction]
+    return CliLaunch(
+        argv=argv, env=env, files={".qwen/settings.json": json.dumps(settings, indent=2)}
+    )
+
+
+def _pi(
+    binary: str, *, base_url: str, model: str, instruction: str, env: dict[str, str]
+) -> CliLaunch:
+    # A provider of our own in ~/.pi/agent/models.json speaking chat completions; the system
+    # prompt goes as a system message (vLLM's chat templates know no developer role).
+    env.update(PI_OFFLINE="1", PI_TELEMETRY="0")
+    models = {
+        "providers": {
+            "recorder": {
+                "baseUrl": base_url + "/v1",
+                "api": "openai-completions",
+                "apiKey": "recorded",
+                "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+                "models": [{"id": model}],
+            }
+        }
+    }
+    argv = [
+        binary,
+        "--print",
+        "--offline",
+        "--no-session",
+        "--no-extensions",
+        "--no-skills",
+        "--no-prompt-templates",
+        "--no-themes",
+        "--provider",
+        "recorder",
+        "--model",
+        model,
+        instruction,
+    ]
+    return CliLaunch(
+        argv=argv, env=env, files={".pi/agent/models.json": json.dumps(models, indent=2)}
+    )
+
+
+_LAUNCHERS = {"claude": _claude, "codex": _codex, "qwen": _qwen, "pi": _pi}
 
 
 def _client_env(*, base_url: str, model: str) -> dict[str, str]:
@@ -127,6 +306,9 @@ def launch_run(launch: CliLaunch, *, workdir: Path, home: Path, timeout_s: float
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     user = run_user()
     if user is not None:
+        # The run's own folder (mkdtemp makes it 0700) must be the run user's to enter.
+        for parent in {workdir.parent, home.parent}:
+            os.chown(parent, user.pw_uid, user.pw_gid)
         for folder in (workdir, home):
             _chown_tree(folder, user.pw_uid, user.pw_gid)
     started = time.monotonic()

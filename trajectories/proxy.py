@@ -35,6 +35,7 @@ from harness_app.harness.llm.proxy_protocol import (
     ProtocolError,
     StreamFold,
     agent_fingerprint,
+    cut_prompt_ids,
     needs_stripping,
     sse_data,
     sse_events,
@@ -42,7 +43,9 @@ from harness_app.harness.llm.proxy_protocol import (
     tokens_of,
     upstream_request,
 )
+from harness_app.harness.llm.sampling_overrides import sampling_overrides_parse
 from trajectories.models import RecordingSession
+from trajectories.proxy_dialects import CHAT, MESSAGES, RESPONSES, Dialect, StreamTranslator
 from trajectories.services.recording import (
     RecordedCall,
     SessionKeyError,
@@ -71,6 +74,37 @@ def upstream_pool() -> urllib3.PoolManager:
         if _pool is None:
             _pool = urllib3.PoolManager(maxsize=64, retries=False)
         return _pool
+
+
+_context_lock = threading.Lock()
+_context: dict[str, tuple[float, int | None]] = {}  # upstream URL → (asked at, length)
+CONTEXT_LEN_TTL_S = 300.0
+
+
+def upstream_context_len() -> int | None:
+    """The upstream's context length (vLLM's max_model_len in /v1/models), for the clamp.
+
+    Asked only when a call wants more tokens than its session's own ceiling allows, then
+    kept five minutes; None when the upstream does not say.
+    """
+    url = settings.PROXY_UPSTREAM_URL
+    with _context_lock:
+        asked_at, length = _context.get(url, (-CONTEXT_LEN_TTL_S, None))
+        if time.monotonic() - asked_at < CONTEXT_LEN_TTL_S:
+            return length
+        try:
+            answer = upstream_pool().request(
+                "GET", f"{url}/models", headers=_upstream_headers(), timeout=_timeout()
+            )
+            models = orjson.loads(answer.data).get("data") or []
+            lengths = [
+                m["max_model_len"] for m in models if isinstance(m.get("max_model_len"), int)
+            ]
+            length = min(lengths) if lengths else None
+        except (*UpstreamError, ValueError, AttributeError, TypeError):
+            length = None
+        _context[url] = (time.monotonic(), length)
+        return length
 
 
 def _upstream_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
@@ -122,18 +156,87 @@ def proxy_models(request: HttpRequest, key: str) -> HttpResponse:
 @login_not_required
 @require_POST
 def proxy_chat_completions(request: HttpRequest, key: str) -> HttpResponseBase:
-    session = _session_or_error(key)
-    if isinstance(session, JsonResponse):
-        return session
+    return _proxied(request, key, CHAT)
+
+
+@csrf_exempt
+@login_not_required
+@require_POST
+def proxy_messages(request: HttpRequest, key: str) -> HttpResponseBase:
+    """Anthropic's Messages API (Claude Code), recorded as the chat call it becomes."""
+    return _proxied(request, key, MESSAGES)
+
+
+@csrf_exempt
+@login_not_required
+@require_POST
+def proxy_responses(request: HttpRequest, key: str) -> HttpResponseBase:
+    """OpenAI's Responses API (Codex), recorded as the chat call it becomes."""
+    return _proxied(request, key, RESPONSES)
+
+
+@csrf_exempt
+@login_not_required
+@require_POST
+def proxy_count_tokens(request: HttpRequest, key: str) -> HttpResponse:
+    """Anthropic's token count, by vLLM's /tokenize of the translated request: the count
+    is of the prompt the served chat template renders, as the model will see it."""
     try:
-        body = orjson.loads(request.body)
-        forwarded, asked = upstream_request(body)
-    except RequestDataTooBig:
-        return _error(413, "the request body is too large", "invalid_request_error")
+        session = recording_session_authenticate(key=key)
+    except SessionKeyError as exc:
+        return MESSAGES.error(exc.status, str(exc), "invalid_session_key")
+    try:
+        caller = orjson.loads(request.body)
+        if isinstance(caller, dict):
+            caller = {**caller, "max_tokens": 1}  # the count request has none
+        chat = MESSAGES.to_chat(caller)
+        sampling_overrides_parse(session.sampling).apply(chat, context_len=None)
     except (ValueError, UnicodeDecodeError) as exc:
         param = exc.param if isinstance(exc, ProtocolError) else None
-        return _error(400, f"not a chat completion request: {exc}", "invalid_request_error", param)
-    call = _Call(session=session, request=body, forwarded=forwarded, asked=asked)
+        return MESSAGES.error(400, f"not {MESSAGES.what}: {exc}", "invalid_request_error", param)
+    asked = {k: chat[k] for k in ("model", "messages", "tools") if k in chat}
+    root = settings.PROXY_UPSTREAM_URL.removesuffix("/v1")
+    try:
+        upstream = upstream_pool().request(
+            "POST",
+            f"{root}/tokenize",
+            body=orjson.dumps({**asked, "add_generation_prompt": True}),
+            headers=_upstream_headers({"content-type": "application/json"}),
+            timeout=_timeout(),
+        )
+    except UpstreamError as exc:
+        return MESSAGES.error(502, f"the model server is unreachable: {exc}", "api_error")
+    if upstream.status != 200:
+        return MESSAGES.refused(upstream.status, upstream.data, "application/json")
+    count = orjson.loads(upstream.data).get("count")
+    return JsonResponse({"input_tokens": count})
+
+
+def _proxied(request: HttpRequest, key: str, dialect: Dialect) -> HttpResponseBase:
+    try:
+        session = recording_session_authenticate(key=key)
+    except SessionKeyError as exc:
+        return dialect.error(exc.status, str(exc), "invalid_session_key")
+    try:
+        caller = orjson.loads(request.body)
+        chat = dialect.to_chat(caller)
+        overrides = sampling_overrides_parse(session.sampling)
+        overrides.apply(chat, context_len=upstream_context_len)
+        forwarded, asked = upstream_request(chat)
+    except RequestDataTooBig:
+        return dialect.error(413, "the request body is too large", "invalid_request_error")
+    except (ValueError, UnicodeDecodeError) as exc:
+        param = exc.param if isinstance(exc, ProtocolError) else None
+        message = f"not {dialect.what}: {exc}"
+        return dialect.error(400, message, "invalid_request_error", param)
+    call = _Call(
+        session=session,
+        dialect=dialect,
+        caller=caller,
+        request=chat,
+        forwarded=forwarded,
+        asked=asked,
+    )
     if asked.stream:
         return call.streamed()
     return call.whole()
@@ -146,11 +249,17 @@ class _Call:
         self,
         *,
         session: RecordingSession,
+        dialect: Dialect,
+        caller: dict[str, Any],
         request: dict[str, Any],
         forwarded: dict[str, Any],
         asked: Asked,
     ) -> None:
         self.session = session
+        self.dialect = dialect
+        self.caller = caller
+        # What is stored: the chat request as sampled (translated, overrides applied),
+        # without the token capture the proxy added.
         self.request = request
         self.forwarded = forwarded
         self.asked = asked
@@ -180,17 +289,22 @@ class _Call:
             return self._unreachable(exc)
         if upstream.status != 200:
             self._record_refused(upstream.status, upstream.data.decode(errors="replace"))
-            return _passthrough(upstream.data, upstream)
+            return self._refused(upstream.status, upstream.data, upstream)
         try:
             payload = orjson.loads(upstream.data)
         except ValueError:
             self._record({}, error="model_bad_response: not JSON", aborted=True)
-            return _passthrough(upstream.data, upstream)
+            if self.dialect is CHAT:
+                return _passthrough(upstream.data, upstream)
+            return self.dialect.error(502, "the model server answered with no JSON", "api_error")
         self._record_response(payload)
-        if not needs_stripping(self.asked):
-            return _passthrough(upstream.data, upstream)
-        stripped = orjson.dumps(strip_added(payload, self.asked))
-        return HttpResponse(stripped, content_type="application/json")
+        return self.dialect.whole(payload, upstream.data, asked=self.asked, caller=self.caller)
+
+    def _refused(
+        self, status: int, content: bytes, upstream: urllib3.BaseHTTPResponse
+    ) -> HttpResponse:
+        content_type = upstream.headers.get("content-type", "application/json")
+        return self.dialect.refused(status, content, content_type)
 
     def streamed(self) -> HttpResponseBase:
         try:
@@ -201,24 +315,27 @@ class _Call:
             content = upstream.read()
             upstream.release_conn()
             self._record_refused(upstream.status, content.decode(errors="replace"))
-            return _passthrough(content, upstream)
+            return self._refused(upstream.status, content, upstream)
         response = StreamingHttpResponse(
-            self._relay(upstream), content_type=upstream.headers.get("content-type")
+            self._relay(upstream, self.dialect.stream(self.caller)),
+            content_type=upstream.headers.get("content-type") or "text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # let nginx pass events on as they come
         return response
 
-    def _relay(self, upstream: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    def _relay(
+        self, upstream: urllib3.BaseHTTPResponse, translator: StreamTranslator | None
+    ) -> Iterator[bytes]:
         fold = StreamFold()
         problem = "stream_broken: the stream ended before [DONE]"
         buffer = b""
         try:
             for piece in _pieces(upstream):
                 events, buffer = sse_events(buffer + piece)
-                yield from self._relay_events(events, fold)
+                yield from self._relay_events(events, fold, translator)
             if buffer.strip():
-                yield from self._relay_events([buffer], fold)
+                yield from self._relay_events([buffer], fold, translator)
             if fold.done:
                 problem = ""
         except UpstreamError as exc:
@@ -234,10 +351,18 @@ class _Call:
             upstream.release_conn()
             if not self.recorded:
                 self._record(fold.response(), error=problem, aborted=True)
+        if problem and translator is not None:
+            # The chat relay just ends; the translated APIs say so in an event of their own.
+            yield translator.error(problem)
 
-    def _relay_events(self, events: list[bytes], fold: StreamFold) -> Iterator[bytes]:
+    def _relay_events(
+        self, events: list[bytes], fold: StreamFold, translator: StreamTranslator | None
+    ) -> Iterator[bytes]:
         for event in events:
-            relayed = self._event(event, fold) + b"\n\n"
+            if translator is None:
+                relayed = self._event(event, fold) + b"\n\n"
+            else:
+                relayed = self._translated(event, fold, translator)
             if fold.done and not self.recorded:
                 # Stored before the agent reads [DONE], as a whole call is stored before
                 # its answer leaves: an agent (or a researcher closing the session) that
@@ -252,14 +377,48 @@ class _Call:
         if data.strip() == b"[DONE]":
             fold.done = True
             return event
+        chunk, _ = self._chunk(data, fold, keep_ids=self.asked.token_ids)
+        if chunk is None:
+            return event
+        if not needs_stripping(self.asked):
+            return event
+        return b"data: " + orjson.dumps(strip_added(chunk, self.asked))
+
+    def _chunk(
+        self, data: bytes, fold: StreamFold, *, keep_ids: bool
+    ) -> tuple[dict[str, Any] | None, bytes | None]:
+        """The chunk decoded and folded in, and its prompt ids as JSON if it had them: those
+        are decoded only when the call is stored."""
+        ids_json = None
+        if not keep_ids:
+            ids_json, data = cut_prompt_ids(data)
         try:
             chunk = orjson.loads(data)
         except ValueError:
-            return event
+            return None, None
+        if not isinstance(chunk, dict):
+            return None, None
+        if ids_json is not None:
+            fold.prompt_ids_json = ids_json
         fold.feed(chunk)
-        if not needs_stripping(self.asked) or not isinstance(chunk, dict):
-            return event
-        return b"data: " + orjson.dumps(strip_added(chunk, self.asked))
+        return chunk, ids_json
+
+    def _translated(self, event: bytes, fold: StreamFold, translator: StreamTranslator) -> bytes:
+        data = sse_data(event)
+        if data is None:
+            return b""
+        if data.strip() == b"[DONE]":
+            fold.done = True
+            return translator.finish()
+        chunk, ids_json = self._chunk(data, fold, keep_ids=False)
+        if chunk is None:
+            return b""
+        if ids_json is not None:
+            # The translators report the prompt's size at once (Anthropic's message_start);
+            # counting commas costs microseconds where decoding 32,000 ids costs 0.4 ms.
+            count = ids_json.count(b",") + 1 if ids_json.strip(b"[] ") else 0
+            chunk = {**chunk, "usage": {**(chunk.get("usage") or {}), "prompt_tokens": count}}
+        return translator.feed(chunk)
 
     def _unreachable(self, exc: Exception) -> JsonResponse:
         # urllib3 counts a refused connection as a kind of connect timeout; it is not one.
@@ -269,7 +428,7 @@ class _Call:
         reason = "model_timeout" if timed_out else "upstream_unreachable"
         message = f"{reason}: {type(exc).__name__}: {exc}"
         self._record({}, error=message, aborted=True)
-        return _error(502, f"the model server did not answer ({message})", reason)
+        return self.dialect.error(502, f"the model server did not answer ({message})", reason)
 
     def _record_refused(self, status: int, text: str) -> None:
         # The server refused the request (e.g. a context too long): the agent sees the
@@ -307,6 +466,7 @@ class _Call:
                     completion_ids=tokens.completion_ids if tokens else [],
                     logprobs=tokens.logprobs if tokens else [],
                     agent=self.agent,
+                    api=self.dialect.api,
                     policy_version=version,
                     latency_ms=total_ms,
                     error=error,

@@ -11,6 +11,13 @@ urlpatterns = [
         proxy.proxy_chat_completions,
         name="proxy_chat_completions",
     ),
+    path("proxy/<str:key>/v1/messages", proxy.proxy_messages, name="proxy_messages"),
+    path(
+        "proxy/<str:key>/v1/messages/count_tokens",
+        proxy.proxy_count_tokens,
+        name="proxy_count_tokens",
+    ),
+    path("proxy/<str:key>/v1/responses", proxy.proxy_responses, name="proxy_responses"),
     path("proxy/<str:key>/v1/models", proxy.proxy_models, name="proxy_models"),
     path("episodes/", episodes.episode_list, name="episode_list"),
     path("episodes/saved/", episodes.saved_filter_create, name="saved_filter_create"),

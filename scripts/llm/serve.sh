@@ -7,12 +7,22 @@ cd "$(dirname "$0")/../.."
 LLM_DIR="${LLM_DIR:-.llm}"
 export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+# Recording a coding-agent CLI needs more than SmolLM2's 8,192 positions: their prompts run
+# 8-20k tokens. LLM_MAX_MODEL_LEN above 8192 also widens the model's position table
+# (max_position_embeddings); without that, vLLM accepts the length and then dies with
+# "index out of range" at position 8,192. Past 8k the answers are poor: recording
+# faithfully is the point there, not quality.
+MAX_LEN="${LLM_MAX_MODEL_LEN:-8192}"
+long=()
+if ((MAX_LEN > 8192)); then
+    long=(--hf-overrides "{\"max_position_embeddings\": $MAX_LEN}")
+fi
 exec "$LLM_DIR/venv/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$LLM_DIR/smollm2-135m-instruct" \
     --served-model-name smollm2 \
     --host 127.0.0.1 --port "${LLM_PORT:-8011}" \
     --dtype float32 \
-    --max-model-len "${LLM_MAX_MODEL_LEN:-8192}" \
+    --max-model-len "$MAX_LEN" "${long[@]}" \
     --chat-template scripts/llm/chat_template.jinja \
     --enable-auto-tool-choice --tool-call-parser hermes \
     --enable-lora --max-lora-rank "${LLM_MAX_LORA_RANK:-16}" \

@@ -79,7 +79,7 @@ class FakeOpenAIServer:
 
     Refusals: `refuse` maps an endpoint ("chat/completions", "completions", "models",
     "tokenize", "load_lora_adapter", "unload_lora_adapter") to the error status it answers
-    instead. A chat request with max_tokens -1 gets vLLM's 400.
+    instead. A chat request with max_tokens -1, or above `max_model_len`, gets vLLM's 400.
 
     `keep_requests=False` keeps nothing, for the proxy's benchmark.
     """
@@ -97,8 +97,10 @@ class FakeOpenAIServer:
         break_stream_after: int | None = None,
         refuse: dict[str, int] | None = None,
         keep_requests: bool = True,
+        max_model_len: int = 8192,
     ) -> None:
         self.model = model
+        self.max_model_len = max_model_len
         self.models = {model}
         self.actions = actions
         self.reply: Reply = reply or (lambda n, body: f"reply {n}")
@@ -185,7 +187,10 @@ class FakeOpenAIServer:
     def _model_list(self) -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": m, "object": "model"} for m in sorted(self.models)],
+            "data": [
+                {"id": m, "object": "model", "max_model_len": self.max_model_len}
+                for m in sorted(self.models)
+            ],
         }
 
     def _adapter(self, http: BaseHTTPRequestHandler, endpoint: str, body: dict[str, Any]) -> None:
@@ -205,6 +210,12 @@ class FakeOpenAIServer:
             time.sleep(self.delay_s)
         if body.get("max_tokens") == -1:
             return _send(http, 400, {"error": {"message": "max_tokens must be positive"}})
+        if (body.get("max_tokens") or 0) > self.max_model_len:
+            message = (
+                f"max_tokens={body['max_tokens']} cannot be greater than "
+                f"max_model_len={self.max_model_len}. Please request fewer output tokens."
+            )
+            return _send(http, 400, {"error": {"message": message, "param": "max_tokens"}})
         with self._lock:
             self.calls += 1
             n = self.calls

@@ -38,6 +38,14 @@ class RecordingCreateSerializer(serializers.Serializer[Any]):
     )
     ttl_s = serializers.IntegerField(required=False, help_text="seconds until the key expires")
     metadata = serializers.JSONField(required=False, default=dict)
+    sampling = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text=(
+            "overrides for every call: model_map {asked: served, '*': served}, temperature, "
+            "top_p, max_tokens (the clamp's ceiling), clamp (default true)"
+        ),
+    )
 
 
 class RecordingCloseSerializer(serializers.Serializer[Any]):
@@ -69,6 +77,7 @@ class RecordingSerializer(serializers.ModelSerializer[RecordingSession]):
             "trainable",
             "untrainable_reason",
             "metadata",
+            "sampling",
             "created_at",
             "expires_at",
             "revoked_at",

@@ -28,6 +28,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from harness_app.harness.llm.proxy_protocol import ProtocolError
+from harness_app.harness.llm.sampling_overrides import sampling_overrides_parse
 from trajectories.models import (
     Episode,
     EpisodeKind,
@@ -91,10 +93,19 @@ def recording_session_create(
     task: str = "",
     ttl_s: int | None = None,
     metadata: dict[str, Any] | None = None,
+    sampling: dict[str, Any] | None = None,
 ) -> tuple[RecordingSession, str]:
-    """A new open session and its proxy key (the only time the key is known)."""
+    """A new open session and its proxy key (the only time the key is known).
+
+    `sampling` holds the trainer's overrides for every call (sampling_overrides.py); the
+    max_tokens clamp is on unless it says `"clamp": false`.
+    """
     expires_at = timezone.now() + _ttl(ttl_s)
     checked = _check_metadata(metadata)
+    try:
+        overrides = sampling_overrides_parse(sampling)
+    except ProtocolError as exc:
+        raise RecordingError(str(exc), exc.param or "sampling") from None
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     episode = Episode.objects.create(
         kind=EpisodeKind.RECORDED, status=EpisodeStatus.RUNNING, started_at=timezone.now()
@@ -106,6 +117,7 @@ def recording_session_create(
         key_hash=key_hash(key),
         key_hint=key[:12],
         metadata=checked,
+        sampling=overrides.as_json(),
         created_by=user if getattr(user, "pk", None) else None,
         expires_at=expires_at,
     )
@@ -113,7 +125,7 @@ def recording_session_create(
 
 
 _SESSION_BY_KEY_HASH = """
-    SELECT id, episode_id, revoked_at, closed_at, expires_at
+    SELECT id, episode_id, revoked_at, closed_at, expires_at, sampling
       FROM trajectories_recordingsession
      WHERE key_hash = %s
 """
@@ -186,6 +198,13 @@ def untrainable_reason(*, episode_id: int) -> str:
     )
     if aborted is not None:
         return f"aborted_call: call {aborted[0]} ({aborted[1][:200]})"
+    truncated = (
+        ModelCall.objects.filter(episode_id=episode_id, finish_reason="length", error="")
+        .values_list("turn_index", flat=True)
+        .first()
+    )
+    if truncated is not None:
+        return _truncated(truncated)
     versions = sorted(
         set(
             ModelCall.objects.filter(episode_id=episode_id, error="").values_list(
@@ -212,6 +231,7 @@ class RecordedCall:
     latency_ms: float
     error: str = ""
     aborted: bool = False
+    api: str = "chat"
 
 
 def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> int:
@@ -242,6 +262,7 @@ def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> int:
         "error": call.error,
         "agent": call.agent,
         "aborted": call.aborted,
+        "api": call.api,
         "now": timezone.now(),
     }
     insert = _call_insert_postgresql if connection.vendor == "postgresql" else _call_insert
@@ -268,12 +289,12 @@ _CALL_COLUMNS = """
     episode_id, turn_index, request, response, prompt_token_ids_blob,
     completion_token_ids_blob, completion_logprobs_blob, finish_reason, usage,
     latency_ms, policy_version, error, agent, aborted, created_at, prompt_messages,
-    rerendered
+    rerendered, api
 """
 _CALL_VALUES = """
     %(episode)s, {turn_index}, %(request)s{jsonb}, %(response)s{jsonb}, %(prompt)s,
     %(completion)s, %(logprobs)s, %(finish_reason)s, %(usage)s{jsonb}, %(latency_ms)s,
-    %(version)s, %(error)s, %(agent)s, %(aborted)s, %(now)s, '[]'{jsonb}, FALSE
+    %(version)s, %(error)s, %(agent)s, %(aborted)s, %(now)s, '[]'{jsonb}, FALSE, %(api)s
 """
 _CALL_INSERT_POSTGRESQL = f"""
 WITH numbered AS ({_EPISODE_NUMBER})
@@ -312,6 +333,16 @@ def _call_insert(values: dict[str, Any]) -> tuple[Any, ...] | None:
         return numbered
 
 
+def _truncated(turn_index: int) -> str:
+    # As Polar does: a generation cut at max_tokens is not the policy's whole answer.
+    return f"truncated_call: call {turn_index} stopped at max_tokens"
+
+
+def _finish_reason(call: RecordedCall) -> str:
+    choice = (call.response.get("choices") or [{}])[0] or {}
+    return str(choice.get("finish_reason") or "")
+
+
 def _mark_untrainable(
     session: RecordingSession, call: RecordedCall, turn_index: int, first_version: str
 ) -> None:
@@ -319,6 +350,8 @@ def _mark_untrainable(
     reason = ""
     if call.aborted:
         reason = f"aborted_call: call {turn_index} ({call.error[:200]})"
+    elif _finish_reason(call) == "length" and not call.error:
+        reason = _truncated(turn_index)
     elif not call.error and call.policy_version[:100] != first_version:
         reason = f"mixed_policy_versions: {first_version}, {call.policy_version}"[:300]
     if reason:
