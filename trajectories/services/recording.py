@@ -91,8 +91,10 @@ def recording_session_create(
     task: str = "",
     ttl_s: int | None = None,
     metadata: dict[str, Any] | None = None,
+    sampling: dict[str, Any] | None = None,
 ) -> tuple[RecordingSession, str]:
-    """A new open session and its proxy key (the only time the key is known)."""
+    """A new open session and its proxy key (the only time the key is known); `sampling`
+    is the trainer's overrides the proxy applies to every call (checked by the caller)."""
     expires_at = timezone.now() + _ttl(ttl_s)
     checked = _check_metadata(metadata)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
@@ -106,6 +108,7 @@ def recording_session_create(
         key_hash=key_hash(key),
         key_hint=key[:12],
         metadata=checked,
+        sampling=dict(sampling or {}),
         created_by=user if getattr(user, "pk", None) else None,
         expires_at=expires_at,
     )
@@ -137,6 +140,24 @@ def recording_session_authenticate(*, key: str) -> RecordingSession:
     if session.expires_at <= timezone.now():
         raise SessionKeyError(f"recording session {session.pk} expired", 403)
     return session
+
+
+@transaction.atomic
+def recording_session_rekey(*, session: RecordingSession, ttl_s: int | None = None) -> str:
+    """A new key for an open session, valid for `ttl_s` from now; the old key stops working.
+
+    For sessions created ahead of their agent (a harness group's runs wait in a queue):
+    the key is made when the agent starts, so it is never stored, even while queued.
+    """
+    locked = RecordingSession.objects.select_for_update().get(pk=session.pk)
+    if locked.closed_at is not None or locked.revoked_at is not None:
+        raise RecordingError(f"recording session {locked.pk} is closed or revoked")
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    locked.key_hash = key_hash(key)
+    locked.key_hint = key[:12]
+    locked.expires_at = timezone.now() + _ttl(ttl_s)
+    locked.save(update_fields=["key_hash", "key_hint", "expires_at"])
+    return key
 
 
 @transaction.atomic
@@ -212,6 +233,7 @@ class RecordedCall:
     latency_ms: float
     error: str = ""
     aborted: bool = False
+    api: str = "chat"
 
 
 def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> int:
@@ -242,6 +264,7 @@ def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> int:
         "error": call.error,
         "agent": call.agent,
         "aborted": call.aborted,
+        "api": call.api,
         "now": timezone.now(),
     }
     insert = _call_insert_postgresql if connection.vendor == "postgresql" else _call_insert
@@ -268,12 +291,12 @@ _CALL_COLUMNS = """
     episode_id, turn_index, request, response, prompt_token_ids_blob,
     completion_token_ids_blob, completion_logprobs_blob, finish_reason, usage,
     latency_ms, policy_version, error, agent, aborted, created_at, prompt_messages,
-    rerendered
+    rerendered, api
 """
 _CALL_VALUES = """
     %(episode)s, {turn_index}, %(request)s{jsonb}, %(response)s{jsonb}, %(prompt)s,
     %(completion)s, %(logprobs)s, %(finish_reason)s, %(usage)s{jsonb}, %(latency_ms)s,
-    %(version)s, %(error)s, %(agent)s, %(aborted)s, %(now)s, '[]'{jsonb}, FALSE
+    %(version)s, %(error)s, %(agent)s, %(aborted)s, %(now)s, '[]'{jsonb}, FALSE, %(api)s
 """
 _CALL_INSERT_POSTGRESQL = f"""
 WITH numbered AS ({_EPISODE_NUMBER})
