@@ -171,6 +171,9 @@ def test_the_run_page_shows_calls_chains_token_strips_evaluation_and_output(rese
     assert "agent done" in page and "&lt;b&gt;warning&lt;/b&gt; from the CLI" in page
     strip = researcher_client.get(f"/episodes/{episode}/turns/1/tokens/")
     assert strip.status_code == 200
+    # The recorded episode's page leads back to the run.
+    episode_page = researcher_client.get(f"/episodes/{episode}/").content.decode()
+    assert f'href="/harness/runs/{run.pk}/">run 0 of group {group.pk}' in episode_page
     assert researcher_client.get("/harness/runs/999999/").status_code == 404
 
 

@@ -436,9 +436,21 @@ def eval_reward(*, exit_code: int | None, stdout: str) -> float:
 
 
 def _run_finish(run_id: int, outcome: RunOutcome) -> None:
-    """Save the outcome, close the session with the reward, finish the group when done."""
+    """Save the outcome, close the session with the reward, finish the group when done.
+
+    The first outcome stays: a run already finished (marked lost by a redelivery of its
+    task while it still ran, say) is not rewritten by the attempt that finishes later.
+    """
     with transaction.atomic():
         run = HarnessRun.objects.select_for_update().select_related("session").get(pk=run_id)
+        if run.is_finished:
+            log.warning(
+                "harness run %s already finished as %s; %s dropped",
+                run_id,
+                run.status,
+                outcome.status,
+            )
+            return
         for name in (
             "status",
             "exit_code",
