@@ -159,7 +159,7 @@ def harness_group_finished(rewards: list[float | None], **group: Any) -> Any:
     """A `command` harness group whose runs each recorded two chat calls (one chain) and
     were closed with these rewards, as `harness_run_execute` leaves them, without running
     anything: for the export, API and page tests."""
-    from trajectories.models import HarnessRun, HarnessRunStatus
+    from trajectories.models import HarnessGroup, HarnessGroupStatus, HarnessRun, HarnessRunStatus
     from trajectories.services import harness_runs, recording
 
     task = harness_runs.harness_task_create(
@@ -206,4 +206,8 @@ def harness_group_finished(rewards: list[float | None], **group: Any) -> Any:
             finished_at=timezone.now(),
         )
         recording.recording_session_close(session=run.session, reward=reward)
+    HarnessGroup.objects.filter(pk=launched.pk).update(
+        status=HarnessGroupStatus.FINISHED, finished_at=timezone.now()
+    )
+    launched.refresh_from_db()
     return launched

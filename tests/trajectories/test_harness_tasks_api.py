@@ -61,7 +61,7 @@ def test_a_researcher_creates_a_task_and_launches_a_group(
 def test_a_group_detail_has_rewards_and_advantages(researcher_api, annotator_api):
     group = factories.harness_group_finished([1.0, 0.0, None])
     body = annotator_api.get(f"/api/harness-groups/{group.pk}/").json()
-    assert body["status"] == "queued" or body["runs_finished"] == 3
+    assert body["status"] == "finished" and body["runs_finished"] == 3
     assert [r["reward"] for r in body["runs"]] == [1.0, 0.0, None]
     assert [r["advantage"] for r in body["runs"]] == [0.5, -0.5, None]
     assert body["runs"][2]["excluded"].startswith("no_reward")
