@@ -4,6 +4,7 @@ the live server, upstream the fake OpenAI server), evaluated, rewarded and clean
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,19 @@ def test_under_root_the_harness_and_the_evaluation_run_unprivileged(settings):
     run.refresh_from_db()
     assert run.status == HarnessRunStatus.SUCCEEDED, run.stderr
     assert run.reward == 1.0, run.eval_output
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permissions: nothing to restore")
+def test_a_folder_the_agent_locked_is_removed_all_the_same(tmp_path):
+    locked = tmp_path / "run" / "repo" / "locked"
+    locked.mkdir(parents=True)
+    (locked / "file.txt").write_text("x")
+    locked.chmod(0o000)
+    (tmp_path / "run" / "repo").chmod(0o500)
+
+    harness_runs.folder_remove(tmp_path / "run")
+
+    assert not (tmp_path / "run").exists()
 
 
 # --- rewards ---------------------------------------------------------------------------------

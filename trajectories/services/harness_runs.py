@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import subprocess
 import tempfile
@@ -368,7 +369,22 @@ def _run_in_folder(run: HarnessRun, key: str) -> RunOutcome:
         _evaluate(task, workdir=workdir, home=home, outcome=outcome)
         return outcome
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        folder_remove(root)
+
+
+def folder_remove(root: Path) -> None:
+    """Remove a run's folder, even where the agent took its own permissions away."""
+    try:
+        root.chmod(0o700)
+        # Top-down: each folder is made writable and searchable before it is entered.
+        for folder, dirs, _ in os.walk(root):
+            for name in dirs:
+                path = Path(folder) / name
+                if not path.is_symlink():
+                    path.chmod(0o700)
+        shutil.rmtree(root)
+    except OSError:
+        log.exception("could not remove the harness run folder %s", root)
 
 
 def _launch_status(result: agent_clis.LaunchResult) -> str:
