@@ -340,3 +340,26 @@ def test_a_launch_makes_one_queued_run_and_open_session_per_sample():
     assert all(r.status == HarnessRunStatus.QUEUED for r in runs)
     assert {r.session.task for r in runs} == {group.task_key}
     assert all(r.session.closed_at is None for r in runs)
+
+
+@pytest.mark.django_db
+def test_an_unreachable_broker_fails_the_runs_with_the_reason(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from kombu.exceptions import OperationalError
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr("harness_app.queues.enqueue", down)
+    with django_capture_on_commit_callbacks(execute=True):
+        group = harness_runs.harness_group_launch(
+            task=task_of(), kind="command", command=["x"], model="m", size=2
+        )
+
+    runs = list(group.runs.select_related("session"))
+    assert {r.status for r in runs} == {HarnessRunStatus.ERROR}
+    assert all("broker is unreachable: connection refused" in r.error for r in runs)
+    assert all(r.session.closed_at is not None for r in runs)
+    group.refresh_from_db()
+    assert group.status == HarnessGroupStatus.FINISHED
