@@ -232,13 +232,16 @@ def harness_group_launch(
     )
     for index in range(size):
         # The key made here is dropped: the run makes a fresh one when it starts.
-        session, _ = recording.recording_session_create(
-            user=user,
-            name=f"{task.name} · group {group.pk} run {index}",
-            task=group.task_key,
-            metadata={"harness_group": group.pk, "harness_run_index": index},
-            sampling=group.sampling,
-        )
+        try:
+            session, _ = recording.recording_session_create(
+                user=user,
+                name=f"{task.name} · group {group.pk} run {index}",
+                task=group.task_key,
+                metadata={"harness_group": group.pk, "harness_run_index": index},
+                sampling=group.sampling,
+            )
+        except recording.RecordingError as exc:  # the sampling overrides' values
+            raise HarnessTaskError(str(exc), exc.field) from exc
         HarnessRun.objects.create(group=group, index=index, session=session)
     if enqueue:
         group_id = group.pk
