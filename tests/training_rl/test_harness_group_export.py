@@ -1,7 +1,9 @@
-"""A harness group as an RL batch: one GRPO group, exported by `rl_export --harness-group`."""
+"""A harness group as an RL batch: one GRPO group, exported by `rl_export --harness-group`,
+and trained on by the built-in trainer."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -58,3 +60,24 @@ def test_rl_export_names_a_missing_group(tmp_path: Path):
     pytest.importorskip("pyarrow", reason="rl_export needs pyarrow (the 'train' extra)")
     with pytest.raises(CommandError, match="--harness-group 999999: no such group"):
         call_command("rl_export", "--harness-group", "999999", "--out", str(tmp_path / "x.parquet"))
+
+
+def test_the_trainer_takes_a_harness_group_and_moves_its_runs_by_their_advantage(smollm2_dir):
+    from training.rl.trainer import PolicyTrainer, TrainSettings
+
+    group = factories.harness_group_finished([1.0, 0.0])
+    sequences = rl_samples_for_harness_group(group=group).sequences
+    trainer = PolicyTrainer(smollm2_dir, settings=TrainSettings(loss="cispo", lr=1e-3))
+    # On-policy: the recorded logprobs replaced by the trainer's own.
+    batch = []
+    for seq, logprobs in zip(sequences, trainer.recompute_logprobs(sequences), strict=True):
+        it = iter(logprobs)
+        rollout = [next(it) if m else 0.0 for m in seq.loss_mask]
+        batch.append(dataclasses.replace(seq, rollout_logprobs=rollout))
+    before = [sum(lp) for lp in trainer.recompute_logprobs(batch)]
+    metrics = trainer.train_step(batch)
+    after = [sum(lp) for lp in trainer.recompute_logprobs(batch)]
+
+    moved = {s.advantage: a - b for s, a, b in zip(batch, after, before, strict=True)}
+    assert moved[0.5] > 0 and moved[-0.5] < 0, moved
+    assert metrics.sequences == 2 and metrics.tokens == 12
