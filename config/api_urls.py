@@ -21,12 +21,13 @@ from trajectories.api.ablations import AblationMatrixViewSet
 from trajectories.api.annotations import AnnotationViewSet
 from trajectories.api.batches import BatchViewSet
 from trajectories.api.episodes import EpisodeViewSet
+from trajectories.api.harness_tasks import HarnessGroupViewSet, HarnessTaskViewSet
 from trajectories.api.recording import RecordingViewSet
 
 SCHEMA_SETTINGS = {
     "TITLE": "Harness workbench API",
     "DESCRIPTION": "Rollout batches, ablation matrices, episodes, annotations, SFT exports, "
-    "SFT jobs and RL jobs. "
+    "SFT jobs, RL jobs, recording sessions and harness tasks. "
     "Authenticate with `Authorization: Token <key>` (POST /api/token/ gives the key).",
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,
@@ -42,6 +43,8 @@ SCHEMA_SETTINGS = {
         "SFTJobStatusEnum": "training.models.SFTJobStatus",
         "RLStepStatusEnum": "training.models.RLStepStatus",
         "RLAlgorithmEnum": "training.models.RLAlgorithm",
+        "HarnessGroupStatusEnum": "trajectories.models.HarnessGroupStatus",
+        "HarnessRunStatusEnum": "trajectories.models.HarnessRunStatus",
     },
 }
 OFFLINE_DOCS = {"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR"}
@@ -69,6 +72,8 @@ router.register("exports", ExportViewSet, basename="export")
 router.register("sft-jobs", SFTJobViewSet, basename="sft-job")
 router.register("rl-jobs", RLJobViewSet, basename="rl-job")
 router.register("recordings", RecordingViewSet, basename="recording")
+router.register("harness-tasks", HarnessTaskViewSet, basename="harness-task")
+router.register("harness-groups", HarnessGroupViewSet, basename="harness-group")
 
 urlpatterns = [
     path("token/", obtain_auth_token, name="api-token"),

@@ -206,6 +206,9 @@ PROXY_UPSTREAM_API_KEY = env_str("PROXY_UPSTREAM_API_KEY", VLLM_API_KEY)
 PROXY_TIMEOUT_S = env_int("PROXY_TIMEOUT_S", 600)
 PROXY_SESSION_TTL_S = env_int("PROXY_SESSION_TTL_S", 24 * 3600)
 PROXY_SESSION_MAX_TTL_S = env_int("PROXY_SESSION_MAX_TTL_S", 30 * 24 * 3600)
+# Where a harness run (trajectories/services/harness_runs.py) reaches the proxy: this
+# server as seen from the Celery worker that launches the agent CLI.
+PROXY_PUBLIC_URL = env_str("PROXY_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 EPISODE_SOFT_TIME_LIMIT_S = env_int("EPISODE_SOFT_TIME_LIMIT_S", 1800)
 ANNOTATION_OVERLAP = env_int("ANNOTATION_OVERLAP", 1)  # distinct annotators per episode
 ANNOTATION_LOCK_TTL_S = env_int("ANNOTATION_LOCK_TTL_S", 900)

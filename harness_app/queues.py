@@ -40,7 +40,7 @@ TRAINING = "training"
 QUEUES = (
     Queue(INDEX, "prefork", "index builds, uploaded imports"),
     Queue(ROLLOUTS, "prefork", "baseline-policy episodes, ablation matrices (CPU-bound)"),
-    Queue(ROLLOUTS_LLM, "threads", "LLM-backed episodes (they wait on vLLM)"),
+    Queue(ROLLOUTS_LLM, "threads", "LLM-backed episodes, harness runs (they wait on vLLM)"),
     Queue(EXPORTS, "prefork", "SFT exports"),
     Queue(TRAINING, "prefork", "RL job steps (rollouts, trainer step, publishing), SFT jobs"),
 )
@@ -52,6 +52,7 @@ ABLATION_MATRIX_RUN = "trajectories.tasks.ablation_matrix_run_task"
 SFT_EXPORT = "training.tasks.sft_export_task"
 RL_JOB_ADVANCE = "training.tasks.rl_job_advance_task"
 SFT_JOB_RUN = "training.tasks.sft_job_run_task"
+HARNESS_RUN = "trajectories.tasks.harness_run_task"
 
 # The queue each task goes to unless its caller names another (an episode of an LLM
 # policy goes to ROLLOUTS_LLM: trajectories.services.rollouts.rollout_queue).
@@ -63,6 +64,8 @@ TASK_QUEUES = {
     SFT_EXPORT: EXPORTS,
     RL_JOB_ADVANCE: TRAINING,
     SFT_JOB_RUN: TRAINING,
+    # A harness run waits on its CLI, which waits on the model: a thread each is enough.
+    HARNESS_RUN: ROLLOUTS_LLM,
 }
 
 
@@ -73,20 +76,26 @@ def task_routes() -> dict[str, dict[str, str]]:
 
 
 def enqueue(
-    task_name: str, *args: int, queue: str | None = None, countdown: float | None = None
+    task_name: str,
+    *args: int,
+    queue: str | None = None,
+    countdown: float | None = None,
+    time_limit: float | None = None,
 ) -> None:
     """Send a registered task by name. Raises kombu's OperationalError when the broker is
     unreachable: each caller says on its own row what that means for its work, and never
     runs the work inline instead. Call it from `transaction.on_commit`, so a worker never
-    looks for a row that is not committed yet."""
+    looks for a row that is not committed yet. `time_limit` replaces the task's own soft
+    limit for this call (the hard one is a minute later)."""
     from celery import current_app
 
     task = current_app.tasks[task_name]
-    queue = queue or TASK_QUEUES[task_name]
-    if countdown is None:
-        task.apply_async(args=args, queue=queue)
-    else:
-        task.apply_async(args=args, queue=queue, countdown=countdown)
+    options: dict[str, Any] = {"queue": queue or TASK_QUEUES[task_name]}
+    if countdown is not None:
+        options["countdown"] = countdown
+    if time_limit is not None:
+        options.update(soft_time_limit=time_limit, time_limit=time_limit + 60)
+    task.apply_async(args=args, **options)
 
 
 def queue_names(pool: Pool | None = None) -> list[str]:

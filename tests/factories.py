@@ -153,3 +153,61 @@ def write_hostile_demo(folder: Path) -> Path:
     queries[0]["metadata"]["answer"] = f"Vire River {SCRIPT}"
     (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
     return folder
+
+
+def harness_group_finished(rewards: list[float | None], **group: Any) -> Any:
+    """A `command` harness group whose runs each recorded two chat calls (one chain) and
+    were closed with these rewards, as `harness_run_execute` leaves them, without running
+    anything: for the export, API and page tests."""
+    from trajectories.models import HarnessGroup, HarnessGroupStatus, HarnessRun, HarnessRunStatus
+    from trajectories.services import harness_runs, recording
+
+    task = harness_runs.harness_task_create(
+        name="fix the bug",
+        instruction="Make the tests pass.",
+        files={"calc.py": "def add(a, b):\n    return a - b\n"},
+        eval_command="python -m pytest -q",
+    )
+    launched = harness_runs.harness_group_launch(
+        **{"task": task, "kind": "command", "command": ["agent"], "model": "m", **group},
+        size=len(rewards),
+        enqueue=False,
+    )
+    for run, reward in zip(launched.runs.order_by("index"), rewards, strict=True):
+        prompt = [1, 10, 70, 2, 1, 12]
+        for turn in range(2):
+            completion = [100 + run.index, 101, 2]
+            recording.recorded_call_save(
+                session=run.session,
+                call=recording.RecordedCall(
+                    request={"messages": [{"role": "user", "content": "go"}]},
+                    response={
+                        "choices": [{"message": {"content": f"step {turn}"}}],
+                        "usage": {"prompt_tokens": len(prompt), "completion_tokens": 3},
+                    },
+                    prompt_ids=prompt,
+                    completion_ids=completion,
+                    logprobs=[-0.5, -0.25, -0.125],
+                    agent="main",
+                    policy_version="m",
+                    latency_ms=12.0,
+                ),
+            )
+            prompt = [*prompt, *completion, 1, 11, 71, 2, 1, 12]
+        HarnessRun.objects.filter(pk=run.pk).update(
+            status=HarnessRunStatus.SUCCEEDED,
+            exit_code=0,
+            reward=reward,
+            eval_exit_code=0 if reward == 1.0 else 1,
+            eval_output=f"reward: {reward}",
+            stdout="agent done",
+            seconds=1.5,
+            started_at=timezone.now(),
+            finished_at=timezone.now(),
+        )
+        recording.recording_session_close(session=run.session, reward=reward)
+    HarnessGroup.objects.filter(pk=launched.pk).update(
+        status=HarnessGroupStatus.FINISHED, finished_at=timezone.now()
+    )
+    launched.refresh_from_db()
+    return launched

@@ -23,6 +23,9 @@ from trajectories.models import (
     Episode,
     EvidenceEdge,
     EvidenceNode,
+    HarnessGroup,
+    HarnessRun,
+    HarnessTask,
     ModelCall,
     RecordingSession,
     RolloutBatch,
@@ -239,3 +242,28 @@ class RecordingSessionAdmin(RecordAdmin):
     list_select_related = ("episode", "created_by")
     raw_id_fields = ("episode", "created_by")
     exclude = ("key_hash",)  # the key's hash is how the proxy finds a session; keep it out
+
+
+@admin.register(HarnessTask)
+class HarnessTaskAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "name", "eval_command", "timeout_s", "eval_timeout_s", "created_at")
+    list_select_related = ("created_by",)
+    raw_id_fields = ("created_by",)
+    ordering = ("-pk",)
+
+
+@admin.register(HarnessGroup)
+class HarnessGroupAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "task", "kind", "model", "size", "status", "created_at")
+    list_filter = ("status", "kind")
+    list_select_related = ("task", "created_by")
+    raw_id_fields = ("task", "created_by")
+    ordering = ("-pk",)
+
+
+@admin.register(HarnessRun)
+class HarnessRunAdmin(RecordAdmin):
+    list_display = ("pk", "group", "index", "status", "exit_code", "reward", "finished_at")
+    list_filter = ("status",)
+    list_select_related = ("group",)
+    raw_id_fields = ("group", "session")

@@ -1,5 +1,5 @@
-"""Celery tasks for rollouts and ablation matrices: thin wrappers that take ids and call one
-service each."""
+"""Celery tasks for rollouts, ablation matrices and harness runs: thin wrappers that take
+ids and call one service each."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.db import OperationalError
 
 from harness_app import queues
 from trajectories.rollout import episode_run
-from trajectories.services import ablations, rollouts
+from trajectories.services import ablations, harness_runs, rollouts
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,28 @@ def ablation_matrix_run_task(matrix_id: int) -> str:
     """Every condition x run of one matrix, in this process; failures land on the row."""
     matrix = ablations.ablation_matrix_run(matrix_id=matrix_id)
     return "gone" if matrix is None else matrix.status
+
+
+# A fallback for a run sent without one: each run is sent with its task's timeouts plus a
+# margin (harness_runs.run_time_limit), and its own timeouts stop the harness and the
+# evaluation first. Celery enforces limits under prefork only; on the threads pool of
+# rollouts_llm the run's own timeouts are what holds.
+HARNESS_RUN_TIME_LIMIT_S = 2 * harness_runs.MAX_TIMEOUT_S + 300
+
+
+@shared_task(
+    name=queues.HARNESS_RUN,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=HARNESS_RUN_TIME_LIMIT_S,
+    time_limit=HARNESS_RUN_TIME_LIMIT_S + 60,
+)
+def harness_run_task(run_id: int) -> str:
+    """One run of a harness group; a crash lands on the run, its session is closed."""
+    try:
+        return harness_runs.harness_run_execute(run_id=run_id)
+    except SoftTimeLimitExceeded:
+        return harness_runs.harness_run_fail(run_id=run_id, error="ran past its time limit")
 
 
 @worker_ready.connect

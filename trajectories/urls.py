@@ -1,7 +1,7 @@
 from django.urls import path
 
 from trajectories import proxy
-from trajectories.views import ablations, annotation, batches, dashboard, episodes
+from trajectories.views import ablations, annotation, batches, dashboard, episodes, harness_tasks
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
@@ -44,6 +44,13 @@ urlpatterns = [
     path("ablations/<int:pk>/progress/", ablations.ablation_progress, name="ablation_progress"),
     path("ablations/<int:pk>/matrix.csv", ablations.ablation_csv, name="ablation_csv"),
     path("ablations/<int:pk>/matrix.json", ablations.ablation_json, name="ablation_json"),
+    # harness tasks (trajectories/services/harness_runs.py)
+    path("harness/tasks/", harness_tasks.harness_task_list, name="harness_task_list"),
+    path("harness/tasks/<int:pk>/", harness_tasks.harness_task_detail, name="harness_task_detail"),
+    path(
+        "harness/groups/<int:pk>/", harness_tasks.harness_group_detail, name="harness_group_detail"
+    ),
+    path("harness/runs/<int:pk>/", harness_tasks.harness_run_detail, name="harness_run_detail"),
     # the annotator pages (trajectories/annotation.py)
     path("annotate/", annotation.annotate_queue, name="annotate_queue"),
     path("annotate/episodes/<int:pk>/", annotation.annotate_review, name="annotate_review"),

@@ -18,6 +18,7 @@ from training.rl.batches import BatchBuild, EpisodeCalls, Exclusion, batch_build
 from trajectories.models import (
     Episode,
     EpisodeStatus,
+    HarnessGroup,
     ModelCall,
     RecordingSession,
     RolloutBatch,
@@ -118,3 +119,11 @@ def rl_samples_for_recordings(
     build = batch_build(candidates, settings, mode=mode)
     build.exclusions = excluded + build.exclusions
     return build
+
+
+def rl_samples_for_harness_group(
+    *, group: HarnessGroup, settings: AdvantageSettings | None = None, mode: str = "prefix"
+) -> BatchBuild:
+    """A harness group's runs (trajectories/services/harness_runs.py) as one GRPO group:
+    their sessions share the group's task key, each closed with its evaluation's reward."""
+    return rl_samples_for_recordings(task=group.task_key, settings=settings, mode=mode)

@@ -1,5 +1,5 @@
 """Rollout batches, groups, episodes, turns and the model calls behind them; ablation
-matrices live in `ablations.py` beside this module.
+matrices (`ablations.py`) and harness tasks (`harness_tasks.py`) live beside this module.
 
 An episode's turns and model calls are written as they happen, so a crashed worker leaves a
 partial episode that `episode_run` deletes and re-runs from the start (see services.py).
@@ -26,6 +26,11 @@ from trajectories.models.annotations import AnnotationEventKind as AnnotationEve
 from trajectories.models.annotations import AnnotationLabel as AnnotationLabel
 from trajectories.models.annotations import AnnotationLock as AnnotationLock
 from trajectories.models.annotations import AnnotationReason as AnnotationReason
+from trajectories.models.harness_tasks import HarnessGroup as HarnessGroup
+from trajectories.models.harness_tasks import HarnessGroupStatus as HarnessGroupStatus
+from trajectories.models.harness_tasks import HarnessRun as HarnessRun
+from trajectories.models.harness_tasks import HarnessRunStatus as HarnessRunStatus
+from trajectories.models.harness_tasks import HarnessTask as HarnessTask
 
 if TYPE_CHECKING:
     from harness_app.models import Query

@@ -109,7 +109,9 @@ class RecordingView:
 
 def recording_view(*, episode: Episode, now: Any) -> RecordingView:
     """The recorded episode page: session facts, chains with their calls (three queries)."""
-    session = RecordingSession.objects.select_related("created_by").get(episode=episode)
+    session = RecordingSession.objects.select_related("created_by", "harness_run").get(
+        episode=episode
+    )
     segments, breaks = recording_segments(episode=episode)
     calls = ModelCall.objects.filter(episode=episode).defer("request", *BLOB_FIELDS)
     summaries = {c.pk: (c, call_summary(c)) for c in calls.order_by("turn_index", "pk")}

@@ -152,6 +152,24 @@ def recording_session_authenticate(*, key: str) -> RecordingSession:
 
 
 @transaction.atomic
+def recording_session_rekey(*, session: RecordingSession, ttl_s: int | None = None) -> str:
+    """A new key for an open session, valid for `ttl_s` from now; the old key stops working.
+
+    For sessions created ahead of their agent (a harness group's runs wait in a queue):
+    the key is made when the agent starts, so it is never stored, even while queued.
+    """
+    locked = RecordingSession.objects.select_for_update().get(pk=session.pk)
+    if locked.closed_at is not None or locked.revoked_at is not None:
+        raise RecordingError(f"recording session {locked.pk} is closed or revoked")
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    locked.key_hash = key_hash(key)
+    locked.key_hint = key[:12]
+    locked.expires_at = timezone.now() + _ttl(ttl_s)
+    locked.save(update_fields=["key_hash", "key_hint", "expires_at"])
+    return key
+
+
+@transaction.atomic
 def recording_session_revoke(*, session: RecordingSession) -> RecordingSession:
     """Refuse the key from now on; what was recorded stays."""
     locked = RecordingSession.objects.select_for_update().get(pk=session.pk)

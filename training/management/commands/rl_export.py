@@ -1,4 +1,5 @@
-"""Export a rollout batch as an RL training batch: `manage.py rl_export --batch ID --out F`.
+"""Export a rollout batch as an RL training batch: `manage.py rl_export --batch ID --out F`,
+or a harness group's runs (`--harness-group ID`: one GRPO group, rewards from its evaluation).
 
 Rewards, group-relative advantages and token-faithful sequences, one Parquet row per
 sequence (training/rl/parquet.py); what was left out, and why, is printed and stored in
@@ -14,16 +15,19 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import MODES, BatchBuild
-from training.rl.samples import rl_samples_for_batch
-from trajectories.models import RolloutBatch
+from training.rl.samples import rl_samples_for_batch, rl_samples_for_harness_group
+from trajectories.models import HarnessGroup, RolloutBatch
 
 
 def export_metadata(
-    batch: RolloutBatch, build: BatchBuild, options: dict[str, Any]
+    source: RolloutBatch | HarnessGroup, build: BatchBuild, options: dict[str, Any]
 ) -> dict[str, Any]:
+    if isinstance(source, HarnessGroup):
+        origin: dict[str, Any] = {"source": "harness_group", "harness_group_id": source.pk}
+    else:
+        origin = {"source": "rollout_batch", "batch_id": source.pk}
     return {
-        "source": "rollout_batch",
-        "batch_id": batch.pk,
+        **origin,
         "mode": options["mode"],
         "normalize_std": options["normalize_std"],
         "drop_zero_variance": not options["keep_zero_variance"],
@@ -35,10 +39,14 @@ def export_metadata(
 
 
 class Command(BaseCommand):
-    help = "Write a rollout batch's RL training rows (rewards, advantages, token masks) as Parquet."
+    help = "Write a rollout batch's or a harness group's RL rows (rewards, advantages) as Parquet."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--batch", required=True, type=int, help="the RolloutBatch id")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--batch", type=int, help="the RolloutBatch id")
+        source.add_argument(
+            "--harness-group", type=int, help="the HarnessGroup id (its runs: one GRPO group)"
+        )
         parser.add_argument("--out", required=True, type=Path, help="the .parquet file to write")
         parser.add_argument("--mode", choices=MODES, default="prefix", help="reconstruction")
         parser.add_argument(
@@ -58,21 +66,36 @@ class Command(BaseCommand):
         out: Path = options["out"]
         if out.is_dir():
             raise CommandError(f"--out {out} is a folder; name a .parquet file")
-        batch = RolloutBatch.objects.filter(pk=options["batch"]).first()
-        if batch is None:
-            raise CommandError(f"--batch {options['batch']}: no such rollout batch")
         settings = AdvantageSettings(
             normalize_std=options["normalize_std"],
             drop_zero_variance=not options["keep_zero_variance"],
         )
-        build = rl_samples_for_batch(batch=batch, settings=settings, mode=options["mode"])
-        rows = write_rl_parquet(build.sequences, out, export_metadata(batch, build, options))
-        self.stdout.write(self._summary(batch, build, rows, out))
+        source, build = self._build(options, settings)
+        rows = write_rl_parquet(build.sequences, out, export_metadata(source, build, options))
+        self.stdout.write(self._summary(source, build, rows, out))
 
-    def _summary(self, batch: RolloutBatch, build: BatchBuild, rows: int, out: Path) -> str:
+    def _build(
+        self, options: dict[str, Any], settings: AdvantageSettings
+    ) -> tuple[RolloutBatch | HarnessGroup, BatchBuild]:
+        if options["harness_group"] is not None:
+            group = HarnessGroup.objects.filter(pk=options["harness_group"]).first()
+            if group is None:
+                raise CommandError(f"--harness-group {options['harness_group']}: no such group")
+            return group, rl_samples_for_harness_group(
+                group=group, settings=settings, mode=options["mode"]
+            )
+        batch = RolloutBatch.objects.filter(pk=options["batch"]).first()
+        if batch is None:
+            raise CommandError(f"--batch {options['batch']}: no such rollout batch")
+        return batch, rl_samples_for_batch(batch=batch, settings=settings, mode=options["mode"])
+
+    def _summary(
+        self, source: RolloutBatch | HarnessGroup, build: BatchBuild, rows: int, out: Path
+    ) -> str:
         excluded = ", ".join(f"{k} {v}" for k, v in sorted(build.exclusion_counts().items()))
+        name = "harness group" if isinstance(source, HarnessGroup) else "batch"
         return (
-            f"batch {batch.pk}: {rows} sequences from {build.episodes} episodes, "
+            f"{name} {source.pk}: {rows} sequences from {build.episodes} episodes, "
             f"{len(build.kept_groups)} groups kept, {len(build.dropped_groups)} dropped "
             f"(zero variance); excluded: {excluded or 'none'}; "
             f"{len(build.breaks)} chain breaks -> {out}"
