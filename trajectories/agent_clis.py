@@ -147,6 +147,9 @@ def _claude(
         DISABLE_ERROR_REPORTING="1",
         DISABLE_BUG_COMMAND="1",
         CLAUDE_CODE_DISABLE_TERMINAL_TITLE="1",
+        # A first call with a cold 15k-token prompt takes minutes on a CPU server; the run's
+        # own timeout (launch_run) is the one that should end it.
+        API_TIMEOUT_MS="3600000",
     )
     argv = [
         binary,
@@ -184,6 +187,7 @@ def _codex(
             'wire_api = "responses"',
             "request_max_retries = 0",
             "stream_max_retries = 0",
+            "stream_idle_timeout_ms = 3600000",
             "",
             "[analytics]",
             "enabled = false",
@@ -225,8 +229,13 @@ def _qwen(
             "enableAutoSkill": False,
         },
         "security": {"auth": {"selectedType": "openai"}},
-        "model": {"maxSessionTurns": MAX_AGENT_TURNS},
+        # No retries (a retry samples again) and no client timeout: the run's own applies.
+        "model": {
+            "maxSessionTurns": MAX_AGENT_TURNS,
+            "generationConfig": {"timeout": 0, "maxRetries": 0},
+        },
     }
+    env.update(QWEN_CODE_API_TIMEOUT_MS="0", QWEN_STREAM_IDLE_TIMEOUT_MS="0")
     argv = [binary, "--yolo", "--auth-type", "openai", "--model", model, "--prompt", instruction]
     return CliLaunch(
         argv=argv, env=env, files={".qwen/settings.json": json.dumps(settings, indent=2)}

@@ -215,7 +215,8 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
         ({**_with_message("x"), "top_k": 2.5}, "top_k"),
         ({**_with_message("x"), "stop_sequences": "STOP"}, "stop_sequences"),
         ({**_with_message("x"), "stream": "yes"}, "stream"),
-        (_with_message("x", role="system"), "messages[0].role"),
+        (_with_message("x", role="tool"), "messages[0].role"),
+        (_with_message(7, role="system"), "messages[0]"),
         (_with_message(None), "messages[0].content"),
         (_with_message(["x"]), "messages[0].content[0]"),
         (_with_message([{"type": "text", "text": 1}]), "messages[0].content[0].text"),
@@ -614,3 +615,19 @@ def test_an_error_chunk_from_vllm_midway_ends_the_stream_with_an_error_event():
     failed = {"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}
     assert parse_sse(stream.feed(failed))[0][1]["error"]["message"] == "engine died"
     assert stream.finish() == b""
+
+
+def test_a_system_message_between_turns_stays_a_system_message():
+    # Claude Code 2.1 puts its environment notes in a system message after the user's turn.
+    body = {
+        **_with_message("list the files"),
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "list the files"}]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment"}]},
+        ],
+    }
+    chat = chat_request_from_messages(body)
+    assert chat["messages"][-2:] == [
+        {"role": "user", "content": "list the files"},
+        {"role": "system", "content": "# Environment"},
+    ]

@@ -153,7 +153,18 @@ def _chat_messages(message: Any, where: str) -> list[dict[str, Any]]:
         return _user_messages(_blocks(message, where))
     if role == "assistant":
         return [_assistant_message(_blocks(message, where))]
-    raise ProtocolError(f"{where}.role must be user or assistant", f"{where}.role")
+    if role == "system":
+        # Claude Code 2.1 sends its environment notes as a system message between turns.
+        content = message.get("content")
+        text = content if isinstance(content, str) else None
+        if text is None:
+            if not isinstance(content, list):
+                raise ProtocolError(f"{where}.content must be text or text blocks", where)
+            text = BLOCK_SEPARATOR.join(
+                _text_block(block, f"{where}.content[{i}]") for i, block in enumerate(content)
+            )
+        return [{"role": "system", "content": text}]
+    raise ProtocolError(f"{where}.role must be user, assistant or system", f"{where}.role")
 
 
 def _unsupported(block: dict[str, Any], path: str) -> ProtocolError:
