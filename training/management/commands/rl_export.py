@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from training.rl.advantages import AdvantageSettings
+from harness_app.harness.llm.reconstruct import PREFIX_MERGE, strategy_clean
 from training.rl.batches import MODES, BatchBuild
 from training.rl.samples import rl_samples_for_batch
 from trajectories.models import RolloutBatch
@@ -24,7 +25,7 @@ def export_metadata(
     return {
         "source": "rollout_batch",
         "batch_id": batch.pk,
-        "mode": options["mode"],
+        "mode": strategy_clean(options["mode"], field="--mode"),
         "normalize_std": options["normalize_std"],
         "drop_zero_variance": not options["keep_zero_variance"],
         "kept_groups": build.kept_groups,
@@ -40,7 +41,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--batch", required=True, type=int, help="the RolloutBatch id")
         parser.add_argument("--out", required=True, type=Path, help="the .parquet file to write")
-        parser.add_argument("--mode", choices=MODES, default="prefix", help="reconstruction")
+        parser.add_argument(
+            "--mode",
+            choices=MODES,
+            default=PREFIX_MERGE,
+            help="reconstruction strategy (prefix and request are aliases)",
+        )
         parser.add_argument(
             "--normalize-std", action="store_true", help="divide advantages by the group std"
         )
