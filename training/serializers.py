@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from harness_app.harness.llm.reconstruct import PREFIX_MERGE, STRATEGIES, STRATEGY_ALIASES
 from harness_app.models import Benchmark, PolicyConfig
 from training.models import (
     ExportFormat,
@@ -17,7 +18,6 @@ from training.models import (
     SFTExport,
     SFTJob,
 )
-from harness_app.harness.llm.reconstruct import PREFIX_MERGE, STRATEGIES, STRATEGY_ALIASES
 from training.services.rl_job_settings import PRESETS, RLJobSettings
 from training.services.sft_job_settings import SFTJobSettings
 from trajectories.models import TerminationPolicy
@@ -153,8 +153,7 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
     )
     reconstruction = serializers.CharField(
         default=RL_DEFAULTS.reconstruction,
-        help_text="model calls as one sequence per chain (prefix_merge) or per call "
-        "(per_request)",
+        help_text="model calls as one sequence per chain (prefix_merge) or per call (per_request)",
     )
 
 

@@ -377,7 +377,9 @@ def tokens_render(rows: EpisodeRows, *, reconstruction: str = PREFIX_MERGE) -> R
         return Rendered([], "skipped:no_token_ids")
     if reconstruction == PER_REQUEST:
         segments = reconstruct_per_request(rows.calls)
-        return Rendered([_token_record(s) for s in segments if s.sampled_tokens], "tokens_per_request")
+        return Rendered(
+            [_token_record(s) for s in segments if s.sampled_tokens], "tokens_per_request"
+        )
     segments, breaks = reconstruct_prefix_merged(rows.calls)
     records = [_token_record(s) for s in segments if s.sampled_tokens]
     unexpected = [b for b in breaks if b.reason not in EXPECTED_BREAKS]

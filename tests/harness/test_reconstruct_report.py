@@ -20,7 +20,9 @@ from harness_app.harness.llm.reconstruct_report import (
 SYSTEM = [1, 2, 3]
 
 
-def _call(call_id: int, prompt: list[int], completion: list[int], agent: str = "main") -> CallTokens:
+def _call(
+    call_id: int, prompt: list[int], completion: list[int], agent: str = "main"
+) -> CallTokens:
     return CallTokens(call_id, prompt, completion, [-0.5] * len(completion), "v0", agent)
 
 
@@ -116,5 +118,5 @@ def test_strategy_names_and_aliases() -> None:
     assert strategy_clean("per_request") == PER_REQUEST
     with pytest.raises(ValueError, match="reconstruction: unknown reconstruction strategy 'x'"):
         strategy_clean("x")
-    with pytest.raises(ValueError, match="^mode: "):
+    with pytest.raises(ValueError, match=r"^mode: "):
         strategy_clean("merged", field="mode")

@@ -122,7 +122,7 @@ def test_sft_chat_export_per_request_is_one_conversation_per_call():
 
 
 def test_an_unknown_export_strategy_is_refused_by_name():
-    with pytest.raises(ExportError, match="^reconstruction: unknown reconstruction strategy"):
+    with pytest.raises(ExportError, match=r"^reconstruction: unknown reconstruction strategy"):
         sft_export_create(reconstruction="whole", enqueue=False)
 
 
@@ -136,7 +136,7 @@ def test_rl_samples_for_recordings_honour_the_strategy():
     first = [s for s in per_call.sequences if s.reward == 1.0]
     assert [s.response_ids for s in first] == REPLIES  # one call's completion each
     assert [s.advantage for s in first] == pytest.approx([0.5, 0.5, 0.5])
-    with pytest.raises(ValueError, match="^reconstruction: unknown reconstruction strategy"):
+    with pytest.raises(ValueError, match=r"^reconstruction: unknown reconstruction strategy"):
         rl_samples_for_recordings(task="t1", reconstruction="per_call")
 
 

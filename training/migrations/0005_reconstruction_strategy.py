@@ -4,20 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('training', '0004_sft_jobs'),
+        ("training", "0004_sft_jobs"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='rljob',
-            name='reconstruction',
-            field=models.CharField(choices=[('prefix_merge', 'Prefix merging: one sequence per chain of calls'), ('per_request', 'Per request: one sequence per call')], default='prefix_merge', help_text='how model calls become sequences: one per chain, or one per call', max_length=20),
+            model_name="rljob",
+            name="reconstruction",
+            field=models.CharField(
+                choices=[
+                    ("prefix_merge", "Prefix merging: one sequence per chain of calls"),
+                    ("per_request", "Per request: one sequence per call"),
+                ],
+                default="prefix_merge",
+                help_text="how model calls become sequences: one per chain, or one per call",
+                max_length=20,
+            ),
         ),
         migrations.AddField(
-            model_name='sftexport',
-            name='reconstruction',
-            field=models.CharField(choices=[('prefix_merge', 'Prefix merging: one sequence per chain of calls'), ('per_request', 'Per request: one sequence per call')], default='prefix_merge', help_text='how model calls become records: one per chain, or one per call', max_length=20),
+            model_name="sftexport",
+            name="reconstruction",
+            field=models.CharField(
+                choices=[
+                    ("prefix_merge", "Prefix merging: one sequence per chain of calls"),
+                    ("per_request", "Per request: one sequence per call"),
+                ],
+                default="prefix_merge",
+                help_text="how model calls become records: one per chain, or one per call",
+                max_length=20,
+            ),
         ),
     ]

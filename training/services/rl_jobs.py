@@ -151,9 +151,7 @@ def rl_job_create(
     if base_policy is None:
         raise RLJobError("give a base_policy, or a warm_start", field="base_policy")
     job_settings.check()
-    job_settings = replace(
-        job_settings, reconstruction=strategy_clean(job_settings.reconstruction)
-    )
+    job_settings = replace(job_settings, reconstruction=strategy_clean(job_settings.reconstruction))
     _check_trainable_setup(base_policy, base_model_dir)
     if not benchmark.queries.exists():
         raise RLJobError(

@@ -26,8 +26,8 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
-from training import sft
 from harness_app.harness.llm.reconstruct import strategy_clean
+from training import sft
 from training.models import (
     ExportFormat,
     ExportStatus,

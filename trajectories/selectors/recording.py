@@ -74,9 +74,7 @@ def recording_segments(
     return reconstruct(recorded_call_tokens(episode=episode), strategy=strategy)
 
 
-def recording_trajectory(
-    *, session: RecordingSession, mode: str = PREFIX_MERGE
-) -> dict[str, Any]:
+def recording_trajectory(*, session: RecordingSession, mode: str = PREFIX_MERGE) -> dict[str, Any]:
     """The session's training sequences: tokens, loss masks, logprobs, and the breaks."""
     segments, breaks = recording_segments(episode=session.episode_id, mode=mode)
     main = segments[0].agent if segments else ""

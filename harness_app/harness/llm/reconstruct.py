@@ -3,10 +3,11 @@
 Two strategies, by name (`STRATEGIES`; `reconstruct` runs either, `strategy_clean` checks
 a name and accepts the older "prefix"/"request"):
 
-- per request (`per_request`): every call is its own sequence; the prompt is masked out and the
-  completion is trained on.
-- prefix merging (`prefix_merge`, the default): a call joins a chain when that chain's tokens so far (its last prompt
-  plus the completion sampled for it) are a prefix of the call's prompt. The tokens in
+- per request (`per_request`): every call is its own sequence; the prompt is masked out
+  and the completion is trained on.
+- prefix merging (`prefix_merge`, the default): a call joins a chain when that chain's
+  tokens so far (its last prompt plus the completion sampled for it) are a prefix of the
+  call's prompt. The tokens in
   between — tool results, chat-template markup — are masked out; sampled tokens keep their
   ids and rollout logprobs. A call that extends no chain starts a new one, and the break is
   recorded with its reason, so a re-tokenised or rewritten history never silently trains on

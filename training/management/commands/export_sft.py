@@ -12,8 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from training.models import ExportFormat, ExportStatus
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE
+from training.models import ExportFormat, ExportStatus
 from training.services.sft_exports import ExportError, sft_export_create, sft_export_run
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from training.rl.advantages import AdvantageSettings
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE, strategy_clean
+from training.rl.advantages import AdvantageSettings
 from training.rl.batches import MODES, BatchBuild
 from training.rl.samples import rl_samples_for_batch
 from trajectories.models import RolloutBatch
