@@ -207,3 +207,23 @@ def test_the_trajectory_endpoint_takes_names_and_aliases(researcher_api):
     for mode, chains, name in [("per_request", 2, "per_request"), ("prefix", 1, "prefix_merge")]:
         body = researcher_api.get(f"{url}?mode={mode}").json()
         assert (len(body["chains"]), body["mode"]) == (chains, name)
+
+
+def _page_queries(researcher_client: Any, episode_id: int) -> tuple[int, str]:
+    with CaptureQueriesContext(connection) as queries:
+        response = researcher_client.get(f"/episodes/{episode_id}/")
+    assert response.status_code == 200
+    return len(queries), response.content.decode()
+
+
+def test_the_episode_page_compares_the_strategies_in_pinned_queries(researcher_client):
+    small = _record(turns=1)
+    large = _record(turns=3, subagent=True)
+    small_count, _ = _page_queries(researcher_client, small.episode_id)
+    count, html = _page_queries(researcher_client, large.episode_id)
+    # Session, user and roles; the episode, its exports, its recording session; the
+    # calls' token blobs once (chains and the report), their summaries once.
+    assert count == small_count == 8  # no query per call or per chain
+    assert "Reconstruction strategies" in html
+    # Two chains (main agent, subagent) merged, against four calls one by one.
+    assert '<th scope="row">Sequences</th><td>2</td><td>4</td>' in html

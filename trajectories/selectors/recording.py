@@ -61,7 +61,7 @@ def recorded_call_tokens(*, episode: Episode | int) -> list[CallTokens]:
     rows = (
         ModelCall.objects.filter(episode=episode, error="")
         .order_by("turn_index", "pk")
-        .only("pk", "policy_version", "agent", *BLOB_FIELDS)
+        .only("pk", "policy_version", "agent", "rerendered", *BLOB_FIELDS)
     )
     return [c.call_tokens() for c in rows]
 
@@ -118,12 +118,15 @@ class RecordingView:
     chains: list[ChainView]
     breaks: dict[int, str]
     failed: list[CallSummary]  # aborted or refused calls, in no chain
+    report: StrategyReport  # this session under each strategy (RL job trainer defaults)
 
 
 def recording_view(*, episode: Episode, now: Any) -> RecordingView:
-    """The recorded episode page: session facts, chains with their calls (three queries)."""
+    """The recorded episode page: session facts, chains with their calls, and what each
+    reconstruction strategy would cost (three queries)."""
     session = RecordingSession.objects.select_related("created_by").get(episode=episode)
-    segments, breaks = recording_segments(episode=episode)
+    call_tokens = recorded_call_tokens(episode=episode)
+    segments, breaks = reconstruct(call_tokens, strategy=PREFIX_MERGE)
     calls = ModelCall.objects.filter(episode=episode).defer("request", *BLOB_FIELDS)
     summaries = {c.pk: (c, call_summary(c)) for c in calls.order_by("turn_index", "pk")}
     main = segments[0].agent if segments else ""
@@ -149,6 +152,7 @@ def recording_view(*, episode: Episode, now: Any) -> RecordingView:
         chains=chains,
         breaks={int(str(b.call_id)): b.reason for b in breaks},
         failed=failed,
+        report=strategy_report([call_tokens]),
     )
 
 
