@@ -227,3 +227,13 @@ def test_the_episode_page_compares_the_strategies_in_pinned_queries(researcher_c
     assert "Reconstruction strategies" in html
     # Two chains (main agent, subagent) merged, against four calls one by one.
     assert '<th scope="row">Sequences</th><td>2</td><td>4</td>' in html
+
+
+def test_the_export_api_takes_the_strategy_and_refuses_an_unknown_one(researcher_api):
+    created = researcher_api.post(
+        "/api/exports/", {"format": "tokens", "reconstruction": "request"}, format="json"
+    )
+    assert created.status_code == 202, created.json()
+    assert created.json()["reconstruction"] == "per_request"
+    refused = researcher_api.post("/api/exports/", {"reconstruction": "whole"}, format="json")
+    assert refused.status_code == 400 and list(refused.json()) == ["reconstruction"]
