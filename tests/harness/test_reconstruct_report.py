@@ -120,3 +120,15 @@ def test_strategy_names_and_aliases() -> None:
         strategy_clean("x")
     with pytest.raises(ValueError, match=r"^mode: "):
         strategy_clean("merged", field="mode")
+
+
+def test_the_sessions_are_one_batch_for_the_optimizer_step_count() -> None:
+    # Two sessions of three calls: 2 merged sequences, 6 per request, in one batch.
+    report = strategy_report([_growing_chain(), _growing_chain()], TrainerShape(substeps=4))
+    assert report.figures[PREFIX_MERGE].optimizer_steps == 2
+    assert report.figures[PER_REQUEST].optimizer_steps == 4
+    fixed = strategy_report([_growing_chain()] * 2, TrainerShape(sequences_per_update=4))
+    assert (
+        fixed.figures[PREFIX_MERGE].optimizer_steps,
+        fixed.figures[PER_REQUEST].optimizer_steps,
+    ) == (1, 2)

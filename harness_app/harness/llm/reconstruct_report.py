@@ -19,7 +19,8 @@ For each strategy (`reconstruct.STRATEGIES`):
   batch, one per minibatch. With `sequences_per_update` set (a trainer that fills
   fixed-size minibatches, as Polar's does), the steps are ceil(kept / that size) instead.
 
-Each session is one batch for the trainer's count, as one RL step trains on one batch.
+The sessions together are one batch for the trainer's count, as one task's recorded
+sessions are one RL group and one step's batch (`training.rl.samples.rl_samples_for_recordings`).
 Chain breaks are counted by kind (the text before the first colon), prefix merging only.
 """
 
@@ -138,7 +139,6 @@ def _session_add(figures: StrategyFigures, calls: list[CallTokens], shape: Train
     figures.trained_tokens += sum(s.sampled_tokens for s in trainable)
     figures.over_cap_sequences += len(trainable) - len(kept)
     figures.forward_passes += len(kept)
-    figures.optimizer_steps += shape.optimizer_steps(len(kept))
     figures.breaks.update(_break_kind(b.reason) for b in breaks)
 
 
@@ -153,6 +153,8 @@ def strategy_report(
     for calls in groups:
         for strategy_figures in figures.values():
             _session_add(strategy_figures, list(calls), shape)
+    for strategy_figures in figures.values():
+        strategy_figures.optimizer_steps = shape.optimizer_steps(strategy_figures.forward_passes)
     return StrategyReport(
         sessions=len(groups),
         calls=sum(len(calls) for calls in groups),
