@@ -60,6 +60,7 @@ class ExportViewSet(
                 created_by=request_user(request),
                 filters=form.validated_data["filters"],
                 fmt=form.validated_data["format"],
+                reconstruction=form.validated_data["reconstruction"],
             )
         except sft_exports.ExportError as exc:
             raise ValidationError({"filters": [str(exc)]}) from None

@@ -11,7 +11,14 @@ from django.conf import settings
 
 from harness_app.harness.reward import PRESET_KEY
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
-from training.models import ExportStatus, RLAlgorithm, SFTExport, SFTJob, SFTJobStatus
+from training.models import (
+    ExportStatus,
+    Reconstruction,
+    RLAlgorithm,
+    SFTExport,
+    SFTJob,
+    SFTJobStatus,
+)
 from training.services.rl_job_settings import (
     MAX_GROUP_SIZE,
     MAX_LORA_RANK,
@@ -91,6 +98,13 @@ class RLJobLaunchForm(forms.Form):
         help_text="Optimiser steps per batch: the batch is split into this many minibatches.",
         widget=forms.NumberInput({"min": 1, "max": MAX_SUBSTEPS}),
     )
+    reconstruction = forms.ChoiceField(
+        required=False,
+        choices=Reconstruction.choices,
+        initial=DEFAULTS.reconstruction,
+        help_text="How an episode's model calls become training sequences: merged by prefix "
+        "into one per chain, or one per call (the shared prefix processed again each time).",
+    )
     tokens_per_turn = forms.IntegerField(
         required=False,
         help_text="max_tokens of each model call in the job's rollouts; blank: the policy's.",
@@ -134,6 +148,9 @@ class RLJobLaunchForm(forms.Form):
             'or overrides, e.g. {"preset": "harness1", "turn_penalty": 0.05}.'
         ),
     )
+
+    def clean_reconstruction(self) -> str:
+        return str(self.cleaned_data.get("reconstruction") or DEFAULTS.reconstruction)
 
     def clean_lora_targets(self) -> list[str] | None:
         """A comma-separated list; blank leaves the default (or the preset's)."""

@@ -22,6 +22,13 @@ class ExportFormat(models.TextChoices):
     TOKENS = "tokens", "Token ids with loss labels"
 
 
+class Reconstruction(models.TextChoices):
+    """harness.llm.reconstruct.STRATEGIES, as a field's choices."""
+
+    PREFIX_MERGE = "prefix_merge", "Prefix merging: one sequence per chain of calls"
+    PER_REQUEST = "per_request", "Per request: one sequence per call"
+
+
 class SFTExport(models.Model):
     """One export. Once done, its file and rows are never rewritten: a new export is a
     new row and a new file (training/services/sft_exports.py refuses to run a finished one
@@ -32,6 +39,12 @@ class SFTExport(models.Model):
     )
     filters = models.JSONField(default=dict, help_text="episode filters, as checked")
     fmt = models.CharField(max_length=10, choices=ExportFormat.choices, default=ExportFormat.CHAT)
+    reconstruction = models.CharField(
+        max_length=20,
+        choices=Reconstruction.choices,
+        default=Reconstruction.PREFIX_MERGE,
+        help_text="how model calls become records: one per chain, or one per call",
+    )
     status = models.CharField(
         max_length=10, choices=ExportStatus.choices, default=ExportStatus.QUEUED
     )
@@ -261,6 +274,12 @@ class RLJob(models.Model):
         null=True, blank=True, help_text="blank: on for CUDA, off on the CPU"
     )
     preset = models.CharField(max_length=40, blank=True, help_text="the named recipe used")
+    reconstruction = models.CharField(
+        max_length=20,
+        choices=Reconstruction.choices,
+        default=Reconstruction.PREFIX_MERGE,
+        help_text="how model calls become sequences: one per chain, or one per call",
+    )
     warm_start = models.ForeignKey(
         SFTJob,
         null=True,

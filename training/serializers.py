@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from harness_app.harness.llm.reconstruct import PREFIX_MERGE, STRATEGIES, STRATEGY_ALIASES
 from harness_app.models import Benchmark, PolicyConfig
 from training.models import (
     ExportFormat,
@@ -22,10 +23,17 @@ from training.services.sft_job_settings import SFTJobSettings
 from trajectories.models import TerminationPolicy
 
 RL_DEFAULTS = RLJobSettings()
+RECONSTRUCTION_NAMES = (*STRATEGIES, *STRATEGY_ALIASES)
 
 
 class ExportCreateSerializer(serializers.Serializer[Any]):
     format = serializers.ChoiceField(choices=ExportFormat.choices, default=ExportFormat.CHAT)
+    reconstruction = serializers.ChoiceField(
+        choices=list(RECONSTRUCTION_NAMES),
+        default=PREFIX_MERGE,
+        help_text="model calls as one record per chain (prefix_merge) or per call "
+        "(per_request); prefix and request are aliases",
+    )
     filters = serializers.DictField(
         default=dict,
         help_text="episode filters as for /api/episodes/; without annotation_status, "
@@ -44,6 +52,7 @@ class ExportSerializer(serializers.ModelSerializer[SFTExport]):
             "id",
             "status",
             "format",
+            "reconstruction",
             "filters",
             "episodes",
             "records",
@@ -142,6 +151,10 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
     gradient_checkpointing = serializers.BooleanField(
         required=False, allow_null=True, default=None, help_text="null: on for CUDA only"
     )
+    reconstruction = serializers.CharField(
+        default=RL_DEFAULTS.reconstruction,
+        help_text="model calls as one sequence per chain (prefix_merge) or per call (per_request)",
+    )
 
 
 class PolicyVersionSerializer(serializers.ModelSerializer[PolicyVersion]):
@@ -217,6 +230,7 @@ class RLJobSerializer(serializers.ModelSerializer[RLJob]):
             "temperature",
             "max_sequence_tokens",
             "gradient_checkpointing",
+            "reconstruction",
             "error",
             "created_by",
             "created_at",

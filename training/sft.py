@@ -31,6 +31,13 @@ Token records are the prefix-merged training sequences of the recorded calls
 a chain break starts another record. A rerender episode's calls are one record each, and
 those breaks are by design: the manifest says "tokens", not "tokens_with_breaks". Baseline
 episodes have no tokens and are skipped.
+
+The export's `reconstruction` strategy (`SFTExport.reconstruction`) decides the records of
+model calls: `prefix_merge` (the default) as above, or `per_request`: one record per
+successful call, its prompt masked and its completion trained on ("tokens_per_request"),
+and for a recorded episode's chat records one record per call, its request messages plus
+its reply ("request_messages_per_call"). Chat records of our own rollouts are rebuilt from
+their turns either way.
 """
 
 from __future__ import annotations
@@ -47,8 +54,12 @@ from harness_app.harness.config import HarnessConfig
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
 from harness_app.harness.llm.reconstruct import (
     EXPECTED_BREAKS,
+    PER_REQUEST,
+    PREFIX_MERGE,
     CallTokens,
+    Segment,
     reconstruct_by_agent,
+    reconstruct_per_request,
     reconstruct_prefix_merged,
 )
 from harness_app.harness.tools import tool_specs
@@ -92,7 +103,9 @@ class Rendered:
 # --- loading ----------------------------------------------------------------------------
 
 
-def rows_load(episodes: list[Episode], *, fmt: str) -> list[EpisodeRows]:
+def rows_load(
+    episodes: list[Episode], *, fmt: str, reconstruction: str = PREFIX_MERGE
+) -> list[EpisodeRows]:
     """At most five queries for the whole chunk, whatever its size."""
     rows = {e.pk: EpisodeRows(episode=e) for e in episodes}
     if fmt == "tokens":
@@ -101,7 +114,7 @@ def rows_load(episodes: list[Episode], *, fmt: str) -> list[EpisodeRows]:
     recorded = {pk: row for pk, row in rows.items() if row.episode.is_recorded}
     rollouts = {pk: row for pk, row in rows.items() if pk not in recorded}
     if recorded:
-        _chain_ends_load(recorded)
+        _chain_ends_load(recorded, reconstruction)
     if rollouts:
         turns = Turn.objects.filter(episode_id__in=rollouts).order_by("episode_id", "index")
         for episode_id, index, calls, observation, results in turns.values_list(
@@ -142,13 +155,16 @@ def _calls_load(rows: dict[int, EpisodeRows]) -> None:
         rows[episode_id].calls.extend(calls)
 
 
-def _chain_ends_load(rows: dict[int, EpisodeRows]) -> None:
+def _chain_ends_load(rows: dict[int, EpisodeRows], reconstruction: str) -> None:
     # The chains come from the token ids, as on the episode page and in token exports;
-    # only each chain's last call is read whole.
+    # only each chain's last call is read whole. Per request, every call is a chain.
     _calls_load(rows)
     ends: dict[int, list[Any]] = {}
     for pk, row in rows.items():
-        segments, _ = reconstruct_by_agent(row.calls)
+        if reconstruction == PER_REQUEST:
+            segments = reconstruct_per_request(row.calls)
+        else:
+            segments, _ = reconstruct_by_agent(row.calls)
         ends[pk] = [s.call_ids[-1] for s in segments if s.sampled_tokens]
     wanted = [call_id for ids in ends.values() for call_id in ids]
     found = {
@@ -198,9 +214,11 @@ def system_message(version: str, fmt: str, tools: list[dict[str, Any]]) -> dict[
     return {"role": "system", "content": text}
 
 
-def chat_render(rows: EpisodeRows, tools: list[dict[str, Any]]) -> Rendered:
+def chat_render(
+    rows: EpisodeRows, tools: list[dict[str, Any]], *, reconstruction: str = PREFIX_MERGE
+) -> Rendered:
     if rows.episode.is_recorded:
-        return _recorded_render(rows)
+        return _recorded_render(rows, reconstruction)
     if rows.per_call:
         fmt = rows.episode.rollout_parts()[0].policy.tool_call_format
         offered = tools if fmt == ToolCallFormat.OPENAI_TOOLS else []
@@ -234,7 +252,7 @@ def chat_render(rows: EpisodeRows, tools: list[dict[str, Any]]) -> Rendered:
     )
 
 
-def _recorded_render(rows: EpisodeRows) -> Rendered:
+def _recorded_render(rows: EpisodeRows, reconstruction: str) -> Rendered:
     records = [
         {"messages": [*request["messages"], reply], "tools": request.get("tools") or []}
         for request, reply in rows.chain_ends
@@ -242,6 +260,8 @@ def _recorded_render(rows: EpisodeRows) -> Rendered:
     ]
     if not records:
         return Rendered([], "skipped:no_chat_calls")
+    if reconstruction == PER_REQUEST:
+        return Rendered(records, "request_messages_per_call")
     return Rendered(
         records, "request_messages" if len(records) == 1 else "request_messages_per_chain"
     )
@@ -340,36 +360,44 @@ def _occurrences(text: str, needle: str) -> Iterator[int]:
 # --- token records ----------------------------------------------------------------------
 
 
-def tokens_render(rows: EpisodeRows) -> Rendered:
+def _token_record(segment: Segment) -> dict[str, Any]:
+    return {
+        "input_ids": segment.token_ids,
+        "labels": [
+            t if m else IGNORE_INDEX
+            for t, m in zip(segment.token_ids, segment.loss_mask, strict=True)
+        ],
+        "attention_mask": [1] * len(segment.token_ids),
+    }
+
+
+def tokens_render(rows: EpisodeRows, *, reconstruction: str = PREFIX_MERGE) -> Rendered:
     if not any(call.completion_ids for call in rows.calls):
         # No calls, or a server that returned no token ids (a hosted teacher).
         return Rendered([], "skipped:no_token_ids")
+    if reconstruction == PER_REQUEST:
+        segments = reconstruct_per_request(rows.calls)
+        return Rendered(
+            [_token_record(s) for s in segments if s.sampled_tokens], "tokens_per_request"
+        )
     segments, breaks = reconstruct_prefix_merged(rows.calls)
-    records = [
-        {
-            "input_ids": s.token_ids,
-            "labels": [
-                t if m else IGNORE_INDEX for t, m in zip(s.token_ids, s.loss_mask, strict=True)
-            ],
-            "attention_mask": [1] * len(s.token_ids),
-        }
-        for s in segments
-        if s.sampled_tokens
-    ]
+    records = [_token_record(s) for s in segments if s.sampled_tokens]
     unexpected = [b for b in breaks if b.reason not in EXPECTED_BREAKS]
     return Rendered(records, "tokens_with_breaks" if unexpected else "tokens")
 
 
-def records_render(rows: Iterable[EpisodeRows], *, fmt: str) -> Iterator[tuple[Episode, Rendered]]:
+def records_render(
+    rows: Iterable[EpisodeRows], *, fmt: str, reconstruction: str = PREFIX_MERGE
+) -> Iterator[tuple[Episode, Rendered]]:
     tools: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         if fmt == "tokens":
-            yield row.episode, tokens_render(row)
+            yield row.episode, tokens_render(row, reconstruction=reconstruction)
             continue
         batch = row.episode.batch
         if batch is None:
             # A recorded episode: its requests carry their own messages and tools.
-            yield row.episode, chat_render(row, [])
+            yield row.episode, chat_render(row, [], reconstruction=reconstruction)
             continue
         if batch.pk not in tools:
             tools[batch.pk] = batch_tools(batch)

@@ -21,13 +21,17 @@ def test_the_clamp_lowers_both_max_token_fields_to_the_session_ceiling():
     assert request == {"max_tokens": 512, "max_completion_tokens": 512}
 
 
-def test_a_smaller_ask_and_a_missing_one_are_left_alone():
+def test_a_smaller_ask_is_left_alone_and_a_missing_one_gets_the_ceiling():
     request = {"max_tokens": 100}
     SamplingOverrides(max_tokens=512).apply(request, context_len=8192)
     assert request == {"max_tokens": 100}
     bare: dict[str, object] = {}
     SamplingOverrides(max_tokens=512).apply(bare, context_len=8192)
-    assert bare == {}
+    assert bare == {"max_tokens": 512}
+    # Without a session ceiling, vLLM's own default (what the prompt leaves) holds.
+    unset: dict[str, object] = {}
+    SamplingOverrides().apply(unset, context_len=8192)
+    assert unset == {}
 
 
 def test_with_the_clamp_off_the_agents_ask_goes_upstream():

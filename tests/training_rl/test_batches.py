@@ -53,7 +53,7 @@ def test_request_mode_makes_one_sequence_per_call_with_the_prompt_outside_the_ma
 
 
 def test_an_unknown_mode_is_refused():
-    with pytest.raises(ValueError, match="unknown reconstruction mode"):
+    with pytest.raises(ValueError, match="reconstruction: unknown reconstruction strategy 'chat'"):
         build_sequences([_episode(7, 1, 0.9, TWO_TURNS)], {7: 0.4}, mode="chat")
 
 

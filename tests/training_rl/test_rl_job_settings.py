@@ -14,6 +14,7 @@ from tests import factories
 from tests.training_rl.jobs import job_create, rollouts_finish, step_batch
 from tests.training_rl.test_rl_job_pages import _launch_data
 from training.models import RLJob, RLStepStatus
+from training.services import rl_jobs
 from training.services.rl_jobs import (
     PRESETS,
     RLJobError,
@@ -49,6 +50,7 @@ def policy(lora_server) -> PolicyConfig:
         ({"lora_targets": ["q_proj", "q_proj"]}, "lora_targets repeats a module"),
         ({"lora_rank": 65}, "lora_rank must be between 1 and 64, got 65"),
         ({"preset": "paper"}, "preset 'paper' is not one of"),
+        ({"reconstruction": "merged"}, "reconstruction: unknown reconstruction strategy 'merged'"),
     ],
 )
 def test_bad_trainer_settings_are_refused_naming_the_field(
@@ -89,6 +91,13 @@ def test_the_gpu_preset_holds_the_papers_recipe_and_given_settings_override_it()
         1,
         8,
     )
+
+
+def test_the_reconstruction_setting_is_stored_by_its_name(llm_policy, weights_dir):
+    job = job_create(factories.demo_benchmark(), llm_policy, weights_dir, reconstruction="request")
+    assert RLJob.objects.get(pk=job.pk).reconstruction == "per_request"  # the alias, resolved
+    default = job_create(factories.demo_benchmark(), llm_policy, weights_dir)
+    assert default.reconstruction == "prefix_merge"
 
 
 def test_api_launches_from_the_preset_and_rollouts_use_its_sampling(policy, weights_dir):
@@ -176,3 +185,21 @@ def test_a_step_trains_with_the_jobs_substeps_and_lora_targets(
     config = json.loads((Path(produced.adapter_path) / "adapter_config.json").read_text())
     assert sorted(config["target_modules"]) == ["down_proj", "q_proj"] and config["r"] == 4
     assert produced.policy.sampling["max_tokens"] == 64
+
+
+def test_a_step_builds_its_batch_with_the_jobs_reconstruction(
+    llm_policy, weights_dir, lora_server, monkeypatch
+):
+    built_with: list[str] = []
+    build = rl_jobs.rl_samples_for_batch
+
+    def spy(**kwargs):
+        built_with.append(kwargs["mode"])
+        return build(**kwargs)
+
+    monkeypatch.setattr(rl_jobs, "rl_samples_for_batch", spy)
+    job = job_create(factories.demo_benchmark(), llm_policy, weights_dir, reconstruction="request")
+    rl_job_advance(job_id=job.pk)
+    rollouts_finish(step_batch(job, 0), [0.5, 0.5, 0.25, 0.25])  # no variance: no training
+    rl_job_advance(job_id=job.pk)
+    assert built_with == ["per_request"]

@@ -127,7 +127,7 @@ def test_rl_export_writes_parquet_that_reads_back_typed(rollout_batch, tmp_path:
     meta = read_rl_metadata(out)
     assert (meta["batch_id"], meta["mode"], meta["format_version"]) == (
         rollout_batch.pk,
-        "prefix",
+        "prefix_merge",
         1,
     )
     assert len(meta["exclusions"]) == 4 and len(meta["dropped_groups"]) == 1

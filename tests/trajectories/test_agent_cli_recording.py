@@ -66,9 +66,7 @@ def _repository(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["pi", "qwen", "claude", "codex"])
-def test_each_cli_is_recorded_token_by_token_and_rebuilt_into_chains(
-    kind, served_context, proxied
-):
+def test_each_cli_is_recorded_token_by_token_and_rebuilt_into_chains(kind, served_context, proxied):
     assert kind in installed_clis(), f"{kind} is missing from {HARNESS_DIR}: run make harnesses"
     model = base_model()
     # The trainer's sampling, whatever the CLI asks: short answers keep the test quick.

@@ -82,7 +82,9 @@ def test_validation_errors_name_the_field_and_the_rule(researcher_api):
     bad_reward = researcher_api.post(f"/api/recordings/{created['id']}/close/", {"reward": "x"})
     assert bad_reward.status_code == 400 and "reward" in bad_reward.json()
     mode = researcher_api.get(f"/api/recordings/{created['id']}/trajectory/?mode=whole")
-    assert mode.json() == {"mode": ["'whole' is not one of prefix, request"]}
+    assert mode.json() == {
+        "mode": ["'whole' is not one of prefix_merge, per_request, prefix, request"]
+    }
     researcher_api.post(f"/api/recordings/{created['id']}/close/", {})
     again = researcher_api.post(f"/api/recordings/{created['id']}/close/", {})
     assert again.status_code == 400

@@ -27,15 +27,21 @@ from dataclasses import dataclass, field
 
 from harness_app.harness.llm.reconstruct import (
     EXPECTED_BREAKS,
+    PER_REQUEST,
+    PREFIX_MERGE,
+    STRATEGIES,
+    STRATEGY_ALIASES,
     CallTokens,
     ChainBreak,
     Segment,
     reconstruct_per_request,
     reconstruct_prefix_merged,
+    strategy_clean,
 )
 from training.rl.advantages import AdvantageSettings, group_advantages
 
-MODES = ("prefix", "request")
+# The reconstruction strategies, then the older names kept as aliases (rl_export --mode).
+MODES = (*STRATEGIES, *STRATEGY_ALIASES)
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,7 @@ def sequence_from_segment(
 
 
 def _episode_segments(calls: list[CallTokens], mode: str) -> tuple[list[Segment], list[ChainBreak]]:
-    if mode == "request":
+    if mode == PER_REQUEST:
         return reconstruct_per_request(calls), []
     segments, breaks = reconstruct_prefix_merged(calls)
     return segments, [b for b in breaks if b.reason not in EXPECTED_BREAKS]
@@ -146,11 +152,15 @@ def exclusion_reason(episode: EpisodeCalls) -> str:
 
 
 def build_sequences(
-    episodes: Iterable[EpisodeCalls], advantages: Mapping[int, float], *, mode: str = "prefix"
+    episodes: Iterable[EpisodeCalls],
+    advantages: Mapping[int, float],
+    *,
+    mode: str = PREFIX_MERGE,
 ) -> BatchBuild:
-    """Sequences for the episodes that have an advantage; the rest are excluded."""
-    if mode not in MODES:
-        raise ValueError(f"unknown reconstruction mode {mode!r}; use one of {MODES}")
+    """Sequences for the episodes that have an advantage; the rest are excluded.
+
+    `mode` is the reconstruction strategy (or its alias); a ValueError names it."""
+    mode = strategy_clean(mode, field="reconstruction")
     out = BatchBuild()
     for episode in episodes:
         reason = exclusion_reason(episode)
@@ -195,7 +205,7 @@ def batch_build(
     episodes: Iterable[EpisodeCalls],
     settings: AdvantageSettings | None = None,
     *,
-    mode: str = "prefix",
+    mode: str = PREFIX_MERGE,
 ) -> BatchBuild:
     """Advantages within each group, then sequences: the whole batch in one call.
 

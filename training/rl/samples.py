@@ -12,7 +12,7 @@ termination reason rather than scored as a bad trajectory.
 
 from __future__ import annotations
 
-from harness_app.harness.llm.reconstruct import CallTokens
+from harness_app.harness.llm.reconstruct import PREFIX_MERGE, CallTokens, strategy_clean
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild, EpisodeCalls, Exclusion, batch_build
 from trajectories.models import (
@@ -66,7 +66,7 @@ def rl_samples_for_batch(
     *,
     batch: RolloutBatch | int,
     settings: AdvantageSettings | None = None,
-    mode: str = "prefix",
+    mode: str = PREFIX_MERGE,
 ) -> BatchBuild:
     """The batch's training sequences with rewards and group-relative advantages."""
     candidates, excluded = rl_episodes_for_batch(batch=batch)
@@ -112,18 +112,31 @@ def _recorded_calls(episode_ids: list[int]) -> dict[int, list[CallTokens]]:
 
 
 def rl_samples_for_recordings(
-    *, task: str, settings: AdvantageSettings | None = None, mode: str = "prefix"
+    *,
+    task: str,
+    settings: AdvantageSettings | None = None,
+    reconstruction: str = PREFIX_MERGE,
 ) -> BatchBuild:
-    """One task's recorded sessions as training sequences with group-relative advantages."""
+    """One task's recorded sessions as training sequences with group-relative advantages.
+
+    `reconstruction` is the strategy: prefix_merge (one sequence per chain) or per_request
+    (one per call); an unknown name is a ValueError naming the setting, raised before any
+    query."""
+    reconstruction = strategy_clean(reconstruction, field="reconstruction")
     candidates, excluded = rl_episodes_for_recordings(task=task)
-    build = batch_build(candidates, settings, mode=mode)
+    build = batch_build(candidates, settings, mode=reconstruction)
     build.exclusions = excluded + build.exclusions
     return build
 
 
 def rl_samples_for_harness_group(
-    *, group: HarnessGroup, settings: AdvantageSettings | None = None, mode: str = "prefix"
+    *,
+    group: HarnessGroup,
+    settings: AdvantageSettings | None = None,
+    reconstruction: str = PREFIX_MERGE,
 ) -> BatchBuild:
     """A harness group's runs (trajectories/services/harness_runs.py) as one GRPO group:
     their sessions share the group's task key, each closed with its evaluation's reward."""
-    return rl_samples_for_recordings(task=group.task_key, settings=settings, mode=mode)
+    return rl_samples_for_recordings(
+        task=group.task_key, settings=settings, reconstruction=reconstruction
+    )

@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_app.harness.llm.reconstruct import PREFIX_MERGE, strategy_clean
 from harness_app.harness.reward import RewardWeights
 from training.lora import LORA_TARGETS_ALL_LINEAR, LORA_TARGETS_DEFAULT, MAX_LORA_RANK
 from training.models import RLAlgorithm
@@ -63,8 +64,15 @@ class RLJobSettings:
     max_sequence_tokens: int | None = None  # longer trajectories are dropped from training
     gradient_checkpointing: bool | None = None  # None: on for CUDA, off on the CPU
     preset: str = ""  # the named preset the settings started from, if any
+    # How each episode's model calls become sequences: one per chain (prefix_merge) or one
+    # per call (per_request); "prefix" and "request" are accepted and stored canonical.
+    reconstruction: str = PREFIX_MERGE
 
     def check(self) -> None:
+        try:
+            strategy_clean(self.reconstruction, field="reconstruction")
+        except ValueError as exc:
+            raise RLJobError(str(exc), field="reconstruction") from None
         _in_range("group_size", self.group_size, 2, MAX_GROUP_SIZE)
         _in_range("substeps", self.substeps, 1, MAX_SUBSTEPS)
         if self.tokens_per_turn is not None:

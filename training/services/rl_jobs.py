@@ -33,6 +33,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
+from harness_app.harness.llm.reconstruct import strategy_clean
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind, ToolCallFormat
 from training.models import (
     RL_JOB_FINISHED,
@@ -150,6 +151,7 @@ def rl_job_create(
     if base_policy is None:
         raise RLJobError("give a base_policy, or a warm_start", field="base_policy")
     job_settings.check()
+    job_settings = replace(job_settings, reconstruction=strategy_clean(job_settings.reconstruction))
     _check_trainable_setup(base_policy, base_model_dir)
     if not benchmark.queries.exists():
         raise RLJobError(
@@ -327,7 +329,9 @@ def _step_train(job: RLJob, step: RLStep) -> float | None:
     started = time.perf_counter()
     assert step.batch is not None  # checked by _rollout_finished
     build = rl_samples_for_batch(
-        batch=step.batch, settings=AdvantageSettings(normalize_std=job.normalize_std)
+        batch=step.batch,
+        settings=AdvantageSettings(normalize_std=job.normalize_std),
+        mode=job.reconstruction,
     )
     timings["build_s"] = time.perf_counter() - started
     metrics = {**rollout_metrics(batch_id=step.batch.pk), **build_metrics(build)}

@@ -26,8 +26,15 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
+from harness_app.harness.llm.reconstruct import strategy_clean
 from training import sft
-from training.models import ExportFormat, ExportStatus, SFTExport, SFTExportEpisode
+from training.models import (
+    ExportFormat,
+    ExportStatus,
+    Reconstruction,
+    SFTExport,
+    SFTExportEpisode,
+)
 from trajectories.episode_filters import (
     EpisodeFilterError,
     episode_filters_clean,
@@ -60,16 +67,25 @@ def sft_export_create(
     created_by: Any = None,
     filters: Mapping[str, Any] | None = None,
     fmt: str = ExportFormat.CHAT,
+    reconstruction: str = Reconstruction.PREFIX_MERGE,
     enqueue: bool = True,
 ) -> SFTExport:
     """Write a queued export and, once committed, send its task (unless `enqueue` is off,
-    for a caller that runs it inline, like the export_sft command)."""
+    for a caller that runs it inline, like the export_sft command).
+
+    `reconstruction` is the strategy for model calls (prefix_merge or per_request; the
+    older "prefix" and "request" are accepted); an unknown one is refused by name."""
     if fmt not in ExportFormat.values:
         raise ExportError(f"format {fmt!r} is not one of {', '.join(ExportFormat.values)}")
+    try:
+        strategy = strategy_clean(reconstruction, field="reconstruction")
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
     export = SFTExport.objects.create(
         created_by=created_by if getattr(created_by, "pk", None) else None,
         filters=export_filters(filters or {}),
         fmt=fmt,
+        reconstruction=strategy,
     )
     if enqueue:
         export_id = export.pk
@@ -151,8 +167,9 @@ def _file_write(export: SFTExport, partial: Path) -> tuple[str, int, _Written]:
     size = 0
     with open(partial, "wb") as sink:
         for chunk in _export_episodes(export):
-            rows = sft.rows_load(chunk, fmt=export.fmt)
-            for episode, rendered in sft.records_render(rows, fmt=export.fmt):
+            how = export.reconstruction
+            rows = sft.rows_load(chunk, fmt=export.fmt, reconstruction=how)
+            for episode, rendered in sft.records_render(rows, fmt=export.fmt, reconstruction=how):
                 key = rendered.how
                 written.renderings[key] = written.renderings.get(key, 0) + 1
                 if not rendered.records:
@@ -197,6 +214,7 @@ def _export_finish(
     manifest = {
         "export": export.pk,
         "format": export.fmt,
+        "reconstruction": export.reconstruction,
         "filters": export.filters,
         "file": target.name,
         "bytes": size,

@@ -22,6 +22,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_app.api import ResearcherWrites, request_user
+from harness_app.harness.llm.reconstruct import PREFIX_MERGE
+from harness_app.harness.llm.reconstruct_report import TrainerShape
 from trajectories.models import RecordingSession
 from trajectories.selectors import recording as selectors_recording
 from trajectories.services import recording
@@ -162,15 +164,52 @@ class RecordingViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("mode", OpenApiTypes.STR, enum=list(selectors_recording.MODES))
+            OpenApiParameter(
+                "mode",
+                OpenApiTypes.STR,
+                enum=list(selectors_recording.MODES),
+                description="reconstruction strategy: prefix_merge (default) or per_request; "
+                "prefix and request are aliases",
+            )
         ],
         responses={200: OpenApiTypes.OBJECT},
     )
     @action(detail=True, methods=["get"])
     def trajectory(self, request: Request, pk: str) -> Response:
         """Chains per agent with token ids, loss masks and logprobs, and every break."""
-        mode = request.query_params.get("mode", "prefix")
+        mode = request.query_params.get("mode", PREFIX_MERGE)
         if mode not in selectors_recording.MODES:
-            raise ValidationError({"mode": [f"{mode!r} is not one of prefix, request"]})
+            choices = ", ".join(selectors_recording.MODES)
+            raise ValidationError({"mode": [f"{mode!r} is not one of {choices}"]})
         session = self.get_object()
         return Response(selectors_recording.recording_trajectory(session=session, mode=mode))
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("task", OpenApiTypes.STR, description="only this task's sessions"),
+            OpenApiParameter(
+                "session", OpenApiTypes.INT, many=True, description="only these sessions"
+            ),
+            OpenApiParameter("substeps", OpenApiTypes.INT, description="trainer substeps"),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    @action(detail=False, methods=["get"])
+    def report(self, request: Request) -> Response:
+        """Prefix merging against per-request reconstruction on the chosen sessions:
+        sequences, tokens processed, trained tokens and trainer updates (Polar Fig. 5b)."""
+        sessions = self.get_queryset()
+        task = request.query_params.get("task")
+        if task is not None:
+            sessions = sessions.filter(task=task)
+        ids = request.query_params.getlist("session")
+        if ids:
+            if not all(i.isdigit() for i in ids):
+                raise ValidationError({"session": ["session ids are whole numbers"]})
+            sessions = sessions.filter(pk__in=[int(i) for i in ids])
+        substeps = request.query_params.get("substeps", "1")
+        if not substeps.isdigit() or int(substeps) < 1:
+            raise ValidationError({"substeps": [f"{substeps!r} is not a whole number >= 1"]})
+        shape = TrainerShape(substeps=int(substeps))
+        report = selectors_recording.recording_report(sessions=sessions, shape=shape)
+        return Response(report.to_json())

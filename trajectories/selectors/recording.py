@@ -1,7 +1,9 @@
 """Reads over recording sessions: their calls as token chains, per agent, as plain data.
 
-Reconstruction is `harness.llm.reconstruct`'s: per request, or prefix merging within each
-agent (`reconstruct_by_agent`), whose breaks name subagent starts and context compaction.
+Reconstruction is `harness.llm.reconstruct`'s, by strategy: `per_request`, or
+`prefix_merge` within each agent (`reconstruct_by_agent`), whose breaks name subagent
+starts and context compaction. The older names "prefix" and "request" are accepted as
+aliases (the API's ?mode=). `recording_report` compares the two on a set of sessions.
 Aborted and refused calls carry no completion and are left out of the chains; an aborted
 one still makes the session non-trainable (`RecordingSession.untrainable_reason`).
 """
@@ -14,16 +16,30 @@ from typing import Any
 from django.db.models import QuerySet
 
 from harness_app.harness.llm.reconstruct import (
+    PREFIX_MERGE,
+    STRATEGIES,
+    STRATEGY_ALIASES,
     CallTokens,
     ChainBreak,
     Segment,
-    reconstruct_by_agent,
-    reconstruct_per_request,
+    reconstruct,
+    strategy_clean,
+)
+from harness_app.harness.llm.reconstruct_report import (
+    StrategyReport,
+    TrainerShape,
+    strategy_report,
 )
 from trajectories.models import Episode, ModelCall, RecordingSession
-from trajectories.selectors.calls import BLOB_FIELDS, CallSummary, call_summary
+from trajectories.selectors.calls import (
+    BLOB_FIELDS,
+    CallSummary,
+    call_summary,
+    call_tokens_by_episode,
+)
 
-MODES = ("prefix", "request")
+# Every name a caller may pass: the strategies, then their older aliases.
+MODES = (*STRATEGIES, *STRATEGY_ALIASES)
 
 
 def recording_sessions() -> QuerySet[RecordingSession]:
@@ -45,30 +61,27 @@ def recorded_call_tokens(*, episode: Episode | int) -> list[CallTokens]:
     rows = (
         ModelCall.objects.filter(episode=episode, error="")
         .order_by("turn_index", "pk")
-        .only("pk", "policy_version", "agent", *BLOB_FIELDS)
+        .only("pk", "policy_version", "agent", "rerendered", *BLOB_FIELDS)
     )
     return [c.call_tokens() for c in rows]
 
 
 def recording_segments(
-    *, episode: Episode | int, mode: str = "prefix"
+    *, episode: Episode | int, mode: str = PREFIX_MERGE
 ) -> tuple[list[Segment], list[ChainBreak]]:
-    if mode not in MODES:
-        raise ValueError(f"unknown reconstruction mode {mode!r}; use prefix or request")
-    calls = recorded_call_tokens(episode=episode)
-    if mode == "request":
-        return reconstruct_per_request(calls), []
-    return reconstruct_by_agent(calls)
+    """The episode's sequences under a strategy (or its alias); ValueError names `mode`."""
+    strategy = strategy_clean(mode, field="mode")
+    return reconstruct(recorded_call_tokens(episode=episode), strategy=strategy)
 
 
-def recording_trajectory(*, session: RecordingSession, mode: str = "prefix") -> dict[str, Any]:
+def recording_trajectory(*, session: RecordingSession, mode: str = PREFIX_MERGE) -> dict[str, Any]:
     """The session's training sequences: tokens, loss masks, logprobs, and the breaks."""
     segments, breaks = recording_segments(episode=session.episode_id, mode=mode)
     main = segments[0].agent if segments else ""
     return {
         "session": session.pk,
         "episode": session.episode_id,
-        "mode": mode,
+        "mode": strategy_clean(mode, field="mode"),
         "trainable": session.trainable,
         "untrainable_reason": session.untrainable_reason,
         "chains": [
@@ -105,14 +118,17 @@ class RecordingView:
     chains: list[ChainView]
     breaks: dict[int, str]
     failed: list[CallSummary]  # aborted or refused calls, in no chain
+    report: StrategyReport  # this session under each strategy (RL job trainer defaults)
 
 
 def recording_view(*, episode: Episode, now: Any) -> RecordingView:
-    """The recorded episode page: session facts, chains with their calls (three queries)."""
+    """The recorded episode page: session facts, chains with their calls, and what each
+    reconstruction strategy would cost (three queries)."""
     session = RecordingSession.objects.select_related("created_by", "harness_run").get(
         episode=episode
     )
-    segments, breaks = recording_segments(episode=episode)
+    call_tokens = recorded_call_tokens(episode=episode)
+    segments, breaks = reconstruct(call_tokens, strategy=PREFIX_MERGE)
     calls = ModelCall.objects.filter(episode=episode).defer("request", *BLOB_FIELDS)
     summaries = {c.pk: (c, call_summary(c)) for c in calls.order_by("turn_index", "pk")}
     main = segments[0].agent if segments else ""
@@ -138,4 +154,20 @@ def recording_view(*, episode: Episode, now: Any) -> RecordingView:
         chains=chains,
         breaks={int(str(b.call_id)): b.reason for b in breaks},
         failed=failed,
+        report=strategy_report([call_tokens]),
     )
+
+
+def recording_report(
+    *,
+    sessions: QuerySet[RecordingSession] | None = None,
+    shape: TrainerShape | None = None,
+) -> StrategyReport:
+    """Both strategies' figures over the sessions' successful calls (two queries).
+
+    Only token blobs are read; each session is reconstructed on its own."""
+    sessions = recording_sessions() if sessions is None else sessions
+    episode_ids = list(sessions.order_by("episode_id").values_list("episode_id", flat=True))
+    rows = ModelCall.objects.filter(episode_id__in=episode_ids, error="")
+    calls = call_tokens_by_episode(rows.order_by("episode_id", "turn_index", "pk"))
+    return strategy_report([calls.get(pk, []) for pk in episode_ids], shape)

@@ -1,11 +1,13 @@
 """Rebuild training sequences from recorded model calls (as Polar does for any harness).
 
-Two modes:
+Two strategies, by name (`STRATEGIES`; `reconstruct` runs either, `strategy_clean` checks
+a name and accepts the older "prefix"/"request"):
 
-- per request: every call is its own sequence; the prompt is masked out and the
-  completion is trained on.
-- prefix merging: a call joins a chain when that chain's tokens so far (its last prompt
-  plus the completion sampled for it) are a prefix of the call's prompt. The tokens in
+- per request (`per_request`): every call is its own sequence; the prompt is masked out
+  and the completion is trained on.
+- prefix merging (`prefix_merge`, the default): a call joins a chain when that chain's
+  tokens so far (its last prompt plus the completion sampled for it) are a prefix of the
+  call's prompt. The tokens in
   between — tool results, chat-template markup — are masked out; sampled tokens keep their
   ids and rollout logprobs. A call that extends no chain starts a new one, and the break is
   recorded with its reason, so a re-tokenised or rewritten history never silently trains on
@@ -171,3 +173,37 @@ def _agent_reason(chains: list[Segment], call: CallTokens, *, first: str) -> str
             f"the history ({len(last.token_ids)}), first difference at token {at}"
         )
     return f"history_rewritten: prefix mismatch at token {at} of {len(last.token_ids)}"
+
+
+# --- named strategies ----------------------------------------------------------------------
+
+PREFIX_MERGE = "prefix_merge"
+PER_REQUEST = "per_request"
+STRATEGIES = (PREFIX_MERGE, PER_REQUEST)
+# The selector and export mode names that were public before the strategies had names.
+STRATEGY_ALIASES = {"prefix": PREFIX_MERGE, "request": PER_REQUEST}
+
+
+def strategy_clean(value: str, *, field: str = "reconstruction") -> str:
+    """The strategy's canonical name; a ValueError naming `field` for anything else."""
+    name = STRATEGY_ALIASES.get(value, value)
+    if name not in STRATEGIES:
+        raise ValueError(
+            f"{field}: unknown reconstruction strategy {value!r}; use one of "
+            f"{', '.join(STRATEGIES)} (or the aliases {', '.join(STRATEGY_ALIASES)})"
+        )
+    return name
+
+
+def reconstruct(
+    calls: Iterable[CallTokens], *, strategy: str = PREFIX_MERGE
+) -> tuple[list[Segment], list[ChainBreak]]:
+    """The calls' sequences under a strategy (aliases accepted).
+
+    prefix_merge: `reconstruct_by_agent`'s chains and their breaks. per_request: one
+    sequence per call (its prompt masked, its completion trained on) and no breaks: N calls
+    are N sequences, and a prefix the calls share is processed again by each.
+    """
+    if strategy_clean(strategy) == PER_REQUEST:
+        return reconstruct_per_request(calls), []
+    return reconstruct_by_agent(calls)

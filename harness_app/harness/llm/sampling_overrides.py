@@ -10,7 +10,8 @@ and before it is forwarded:
 - `temperature`, `top_p`: replace whatever the caller sent (or add them).
 - `max_tokens`: the clamp's ceiling. With `clamp` on (the default) a larger
   `max_tokens` / `max_completion_tokens` is lowered to it, or, when no ceiling is set, to
-  the upstream's context length. vLLM then lowers it again to what the prompt leaves.
+  the upstream's context length, and a call that asks none gets it. vLLM then lowers it
+  again to what the prompt leaves.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class SamplingOverrides:
             request["top_p"] = self.top_p
         if not self.clamp:
             return request
+        if self.max_tokens is not None and not any(k in request for k in MAX_TOKEN_KEYS):
+            # The trainer's budget holds for a CLI that asks none (Codex sends none).
+            request["max_tokens"] = self.max_tokens
         for key in MAX_TOKEN_KEYS:
             asked = request.get(key)
             if not isinstance(asked, int):

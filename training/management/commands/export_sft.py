@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from harness_app.harness.llm.reconstruct import PREFIX_MERGE
 from training.models import ExportFormat, ExportStatus
 from training.services.sft_exports import ExportError, sft_export_create, sft_export_run
 
@@ -39,6 +40,12 @@ class Command(BaseCommand):
             help="an episode filter (batch, benchmark, policy, status, reward_min, q, ...)",
         )
         parser.add_argument("--format", choices=ExportFormat.values, default=ExportFormat.CHAT)
+        parser.add_argument(
+            "--reconstruction",
+            default=PREFIX_MERGE,
+            help="model calls as one record per chain (prefix_merge, the default) or per call "
+            "(per_request)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         out: Path = options["out"]
@@ -46,7 +53,10 @@ class Command(BaseCommand):
             raise CommandError(f"--out {out} is a folder; name a file")
         try:
             export = sft_export_create(
-                filters=parse_filters(options["filter"]), fmt=options["format"], enqueue=False
+                filters=parse_filters(options["filter"]),
+                fmt=options["format"],
+                reconstruction=options["reconstruction"],
+                enqueue=False,
             )
         except ExportError as exc:
             raise CommandError(str(exc)) from None

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from harness_app.harness.llm.reconstruct import PREFIX_MERGE, strategy_clean
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import MODES, BatchBuild
 from training.rl.samples import rl_samples_for_batch, rl_samples_for_harness_group
@@ -28,7 +29,7 @@ def export_metadata(
         origin = {"source": "rollout_batch", "batch_id": source.pk}
     return {
         **origin,
-        "mode": options["mode"],
+        "mode": strategy_clean(options["mode"], field="--mode"),
         "normalize_std": options["normalize_std"],
         "drop_zero_variance": not options["keep_zero_variance"],
         "kept_groups": build.kept_groups,
@@ -48,7 +49,12 @@ class Command(BaseCommand):
             "--harness-group", type=int, help="the HarnessGroup id (its runs: one GRPO group)"
         )
         parser.add_argument("--out", required=True, type=Path, help="the .parquet file to write")
-        parser.add_argument("--mode", choices=MODES, default="prefix", help="reconstruction")
+        parser.add_argument(
+            "--mode",
+            choices=MODES,
+            default=PREFIX_MERGE,
+            help="reconstruction strategy (prefix and request are aliases)",
+        )
         parser.add_argument(
             "--normalize-std", action="store_true", help="divide advantages by the group std"
         )
@@ -82,7 +88,7 @@ class Command(BaseCommand):
             if group is None:
                 raise CommandError(f"--harness-group {options['harness_group']}: no such group")
             return group, rl_samples_for_harness_group(
-                group=group, settings=settings, mode=options["mode"]
+                group=group, settings=settings, reconstruction=options["mode"]
             )
         batch = RolloutBatch.objects.filter(pk=options["batch"]).first()
         if batch is None:
