@@ -108,13 +108,13 @@ def _sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
         chat["stream_options"] = {"include_usage": True}
 
 
-def _system_text(system: Any) -> str:
+def _system_text(system: Any, where: str = "system") -> str:
     if system is None or isinstance(system, str):
         return system or ""
     if not isinstance(system, list):
-        raise ProtocolError("system must be a string or a list of text blocks", "system")
+        raise ProtocolError(f"{where} must be a string or a list of text blocks", where)
     return BLOCK_SEPARATOR.join(
-        _text_block(block, f"system[{i}]") for i, block in enumerate(system)
+        _text_block(block, f"{where}[{i}]") for i, block in enumerate(system)
     )
 
 
@@ -153,17 +153,8 @@ def _chat_messages(message: Any, where: str) -> list[dict[str, Any]]:
         return _user_messages(_blocks(message, where))
     if role == "assistant":
         return [_assistant_message(_blocks(message, where))]
-    if role == "system":
-        # Claude Code 2.1 sends its environment notes as a system message between turns.
-        content = message.get("content")
-        text = content if isinstance(content, str) else None
-        if text is None:
-            if not isinstance(content, list):
-                raise ProtocolError(f"{where}.content must be text or text blocks", where)
-            text = BLOCK_SEPARATOR.join(
-                _text_block(block, f"{where}.content[{i}]") for i, block in enumerate(content)
-            )
-        return [{"role": "system", "content": text}]
+    if role == "system":  # Claude Code 2.1's environment notes, between turns
+        return [{"role": "system", "content": _system_text(message.get("content"), where)}]
     raise ProtocolError(f"{where}.role must be user, assistant or system", f"{where}.role")
 
 
