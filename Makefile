@@ -36,7 +36,8 @@ run: demo
 
 # Tests get their own data directory (SQLite test file, broker folders, indexes), so a
 # `make run` in the same checkout never picks up a test's tasks.
-test: install-dev
+# The agent-CLI recording tests need the CLIs wherever node is installed.
+test: install-dev $(if $(shell command -v npm),harnesses)
 	HARNESS_DATA_DIR="$${HARNESS_DATA_DIR:-$$(mktemp -d)}" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: install-dev
@@ -59,7 +60,9 @@ llm:
 # trajectories/agent_clis.py runs them headless against the recording proxy.
 HARNESS_STAMP := harnesses/node_modules/.installed
 $(HARNESS_STAMP): harnesses/package.json harnesses/package-lock.json
-	cd harnesses && npm ci --no-audit --no-fund --loglevel=error
+	# `npm install` with the lock, not `npm ci`: npm 11's ci refuses this lock over optional
+	# platform packages (qwen-code's clipboard builds) that the lock rightly leaves out.
+	cd harnesses && npm install --no-save --no-audit --no-fund --loglevel=error
 	touch $@
 
 harnesses: $(HARNESS_STAMP)

@@ -5,14 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LLM_DIR="${LLM_DIR:-.llm}"
-export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-4}"
 export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
-# Recording a coding-agent CLI needs more than SmolLM2's 8,192 positions: their prompts run
-# 8-20k tokens. LLM_MAX_MODEL_LEN above 8192 also widens the model's position table
-# (max_position_embeddings); without that, vLLM accepts the length and then dies with
-# "index out of range" at position 8,192. Past 8k the answers are poor: recording
-# faithfully is the point there, not quality.
-MAX_LEN="${LLM_MAX_MODEL_LEN:-8192}"
+# 32k positions by default: recording a coding-agent CLI needs more than SmolLM2's 8,192,
+# their prompts run 2-17k tokens. A length above 8192 also widens the model's position
+# table (max_position_embeddings); without that, vLLM accepts the length and then dies
+# with "index out of range" at position 8,192. Past 8k the answers are poor: recording
+# faithfully is the point there, not quality. 4 GB of KV cache holds one 32k sequence.
+MAX_LEN="${LLM_MAX_MODEL_LEN:-32768}"
 long=()
 if ((MAX_LEN > 8192)); then
     long=(--hf-overrides "{\"max_position_embeddings\": $MAX_LEN}")
