@@ -33,12 +33,12 @@ from harness_app.harness.llm.proxy_protocol import (
     Asked,
     CallTokensFound,
     ProtocolError,
+    SseSplitter,
     StreamFold,
     agent_fingerprint,
     cut_prompt_ids,
     needs_stripping,
     sse_data,
-    sse_events,
     strip_added,
     tokens_of,
     upstream_request,
@@ -290,14 +290,19 @@ class _Call:
         if upstream.status != 200:
             self._record_refused(upstream.status, upstream.data.decode(errors="replace"))
             return self._refused(upstream.status, upstream.data, upstream)
+        # The prompt's ids (32,000 ids are 200 KB of the answer) are cut out as bytes and
+        # read by numpy, unless the caller asked for them back.
+        ids_json, rest = (None, upstream.data)
+        if not self.asked.token_ids:
+            ids_json, rest = cut_prompt_ids(upstream.data)
         try:
-            payload = orjson.loads(upstream.data)
+            payload = orjson.loads(rest)
         except ValueError:
             self._record({}, error="model_bad_response: not JSON", aborted=True)
             if self.dialect is CHAT:
                 return _passthrough(upstream.data, upstream)
             return self.dialect.error(502, "the model server answered with no JSON", "api_error")
-        self._record_response(payload)
+        self._record_response(payload, prompt_ids_json=ids_json)
         return self.dialect.whole(payload, upstream.data, asked=self.asked, caller=self.caller)
 
     def _refused(
@@ -329,13 +334,12 @@ class _Call:
     ) -> Iterator[bytes]:
         fold = StreamFold()
         problem = "stream_broken: the stream ended before [DONE]"
-        buffer = b""
+        splitter = SseSplitter()
         try:
             for piece in _pieces(upstream):
-                events, buffer = sse_events(buffer + piece)
-                yield from self._relay_events(events, fold, translator)
-            if buffer.strip():
-                yield from self._relay_events([buffer], fold, translator)
+                yield from self._relay_events(splitter.feed(piece), fold, translator)
+            if splitter.rest().strip():
+                yield from self._relay_events([splitter.rest()], fold, translator)
             if fold.done:
                 problem = ""
         except UpstreamError as exc:
@@ -367,7 +371,7 @@ class _Call:
                 # Stored before the agent reads [DONE], as a whole call is stored before
                 # its answer leaves: an agent (or a researcher closing the session) that
                 # goes on at [DONE] finds the call there.
-                self._record_response(fold.response())
+                self._record_response(fold.response(), prompt_ids_json=fold.prompt_ids_json)
             yield relayed
 
     def _event(self, event: bytes, fold: StreamFold) -> bytes:
@@ -436,8 +440,10 @@ class _Call:
         # and did not finish (5xx, broken stream) is aborted.
         self._record({}, error=f"upstream_{status}: {text[:500]}", aborted=status >= 500)
 
-    def _record_response(self, payload: dict[str, Any]) -> None:
-        found = tokens_of(payload)
+    def _record_response(
+        self, payload: dict[str, Any], *, prompt_ids_json: bytes | None = None
+    ) -> None:
+        found = tokens_of(payload, prompt_ids_json=prompt_ids_json)
         self._record(
             _without_token_ids(payload),
             error=found.problem,
@@ -501,5 +507,5 @@ def _passthrough(content: bytes, upstream: urllib3.BaseHTTPResponse) -> HttpResp
 def _pieces(upstream: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
     """The body as it arrives, whether chunked (vLLM) or ended by closing the connection:
     `read1` returns what one read gives instead of waiting to fill its buffer."""
-    while piece := upstream.read1(64 * 1024):
+    while piece := upstream.read1(1024 * 1024):
         yield piece

@@ -8,8 +8,11 @@ import pytest
 
 from harness_app.harness.llm.proxy_protocol import (
     ProtocolError,
+    SseSplitter,
     StreamFold,
     agent_fingerprint,
+    cut_prompt_ids,
+    ids_from_json,
     sse_data,
     sse_events,
     strip_added,
@@ -158,3 +161,38 @@ def test_per_agent_merging_names_subagents_and_compaction():
     reasons = {b.call_id: b.reason for b in breaks}
     assert reasons[1] == "first_call" and reasons[2] == "subagent_start"
     assert reasons[4].startswith("context_compaction: the prompt (2 tokens)")
+
+
+def test_prompt_ids_cut_out_of_an_answer_read_back_exactly():
+    answer = json.dumps(
+        {
+            "id": "c",
+            "choices": [{"token_ids": [5], "logprobs": {"content": [{"logprob": -0.5}]}}],
+            "prompt_token_ids": [1, 2, 70000, 0],
+        }
+    ).encode()  # the standard library's spacing, as the fake upstream writes it
+    ids_json, rest = cut_prompt_ids(answer)
+    assert json.loads(rest)["prompt_token_ids"] is None
+    found = tokens_of(json.loads(rest), prompt_ids_json=ids_json)
+    assert list(found.prompt_ids) == [1, 2, 70000, 0] and not found.problem
+    assert list(ids_from_json(b"[]")) == []
+
+
+@pytest.mark.parametrize("raw", [b"[1,2.5]", b"[1,,2]", b"[1,2,]", b"[4294967296]", b"{}"])
+def test_malformed_prompt_ids_are_a_named_capture_problem(raw):
+    found = tokens_of({"choices": [{"token_ids": [1]}]}, prompt_ids_json=raw)
+    assert found.problem.startswith("token_capture_malformed")
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 7, 50])
+def test_the_splitter_gives_the_same_events_however_the_stream_is_cut(cut):
+    stream = b'data: {"a": 1}\n\n: comment\n\ndata: [1,\n\ndata: [DONE]\n\n'
+    stream += b"data: tail"
+    pieces = [stream[i : i + cut] for i in range(0, len(stream), cut)]
+    splitter = SseSplitter()
+    events = [event for piece in pieces for event in splitter.feed(piece)]
+    assert events == [b'data: {"a": 1}', b": comment", b"data: [1,", b"data: [DONE]"]
+    assert splitter.rest() == b"data: tail"
+    crlf = SseSplitter()
+    got = [e for p in (b"data: x\r\n", b"\r\ndata: y\r\n\r\n") for e in crlf.feed(p)]
+    assert got == [b"data: x", b"data: y"]
