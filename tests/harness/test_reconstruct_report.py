@@ -132,3 +132,12 @@ def test_the_sessions_are_one_batch_for_the_optimizer_step_count() -> None:
         fixed.figures[PREFIX_MERGE].optimizer_steps,
         fixed.figures[PER_REQUEST].optimizer_steps,
     ) == (1, 2)
+
+
+def test_trainer_settings_out_of_the_trainers_range_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="substeps must be >= 1, got 0"):
+        TrainerShape(substeps=0)
+    with pytest.raises(ValueError, match="max_sequence_tokens must be >= 2 or None, got 1"):
+        TrainerShape(max_sequence_tokens=1)
+    with pytest.raises(ValueError, match="sequences_per_update must be >= 1 or None, got 0"):
+        TrainerShape(sequences_per_update=0)

@@ -189,6 +189,8 @@ def test_the_command_prints_the_table_or_json():
         call_command("recording_report", "--session", "999")
     with pytest.raises(CommandError, match="--substeps must be >= 1"):
         call_command("recording_report", "--substeps", "0")
+    with pytest.raises(CommandError, match="--max-sequence-tokens must be >= 2 or None, got 0"):
+        call_command("recording_report", "--max-sequence-tokens", "0")
 
 
 def test_the_report_endpoint_filters_by_task(researcher_api):

@@ -52,6 +52,11 @@ class TrainerShape:
     def __post_init__(self) -> None:
         if self.substeps < 1:
             raise ValueError(f"substeps must be >= 1, got {self.substeps}")
+        if self.max_sequence_tokens is not None and self.max_sequence_tokens < 2:
+            # The trainer's own bound (`training.rl.trainer.TrainSettings`).
+            raise ValueError(
+                f"max_sequence_tokens must be >= 2 or None, got {self.max_sequence_tokens}"
+            )
         if self.sequences_per_update is not None and self.sequences_per_update < 1:
             raise ValueError(
                 f"sequences_per_update must be >= 1 or None, got {self.sequences_per_update}"
