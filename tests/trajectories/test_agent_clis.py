@@ -173,6 +173,7 @@ def test_codex_runs_exec_on_its_own_responses_provider(tmp_path, fake_harnesses)
     assert config["analytics"]["enabled"] is False
     assert config["feedback"]["enabled"] is False
     assert config["otel"]["exporter"] == "none"
+    assert not any(config["features"][name] for name in ("plugins", "remote_plugin", "apps"))
 
 
 def test_qwen_runs_yolo_on_chat_completions_with_statistics_off(tmp_path, fake_harnesses):
