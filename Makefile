@@ -63,6 +63,8 @@ $(HARNESS_STAMP): harnesses/package.json harnesses/package-lock.json
 	# `npm install` with the lock, not `npm ci`: npm 11's ci refuses this lock over optional
 	# platform packages (qwen-code's clipboard builds) that the lock rightly leaves out.
 	cd harnesses && npm install --no-save --no-audit --no-fund --loglevel=error
+	# qwen-code 0.24.4 ships its ripgrep without the execute bit (EACCES, then a slower grep).
+	chmod +x harnesses/node_modules/@qwen-code/qwen-code/vendor/ripgrep/*/rg
 	touch $@
 
 harnesses: $(HARNESS_STAMP)

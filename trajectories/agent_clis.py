@@ -198,6 +198,17 @@ def _codex(
             "[otel]",
             'exporter = "none"',
             "",
+            # Plugins and apps sync by `git ls-remote https://github.com/openai/plugins.git`
+            # at start (seen under strace with 0.169.0) unless these features are off.
+            "[features]",
+            "plugins = false",
+            "remote_plugin = false",
+            "plugin_sharing = false",
+            "apps = false",
+            "tool_suggest = false",
+            "in_app_updates = false",
+            "unbounded_connection_retries = false",
+            "",
         ]
     )
     argv = [
