@@ -42,7 +42,8 @@ def served_context() -> int:
     if not (HARNESS_DIR / "node_modules").is_dir():
         pytest.fail(f"the agent CLIs are not installed in {HARNESS_DIR}: run `make harnesses`")
     models = httpx.get(f"{VLLM_URL}/models", timeout=10).json()["data"]
-    length = min(int(m.get("max_model_len") or 0) for m in models)
+    # LoRA adapters another test loaded are listed too, without a length of their own.
+    length = min((int(m["max_model_len"]) for m in models if m.get("max_model_len")), default=0)
     if length < NEEDED_CONTEXT:
         pytest.fail(
             f"the vLLM at {VLLM_URL} serves {length} tokens; the CLIs' prompts need about "
