@@ -152,43 +152,60 @@ def forwarded_body(api: str, body: dict[str, Any]) -> dict[str, Any]:
     return upstream_request(chat)[0]
 
 
-def timed_calls(
+def timed_call(
     client: Any,
     url: str,
-    n: int,
     prompt_chars: int,
     stream: bool,
+    turn: int,
     *,
     api: str = "chat",
     as_forwarded: bool = False,
-) -> tuple[list[float], list[float]]:
-    """n calls' whole times and times to the first byte, in ms. `as_forwarded` sends the
-    body the proxy would forward (translated, token capture added), which is what the
+) -> tuple[float, float]:
+    """One call's whole time and time to its first whole event, in ms. `as_forwarded` sends
+    the body the proxy would forward (translated, token capture added), which is what the
     upstream serves for a proxied call."""
-    times, firsts = [], []
+    body = agent_body(api, prompt_chars, turn, stream)
+    if as_forwarded:
+        body = forwarded_body(api, body)
+    started = time.perf_counter()
+    first = 0.0
+    if stream:
+        # The first whole event, not the first byte: the fake upstream sends its headers
+        # before it has built any event, which would flatter the direct call.
+        seen = b""
+        with client.stream("POST", url, json=body) as response:
+            for piece in response.iter_raw():
+                if not first:
+                    seen += piece
+                    if b"\n\n" in seen:
+                        first = time.perf_counter()
+    else:
+        response = client.post(url, json=body)
+    done = time.perf_counter()
+    assert response.status_code == 200, response.text
+    return (done - started) * 1000, ((first or done) - started) * 1000
+
+
+def timed_calls(
+    client: Any,
+    urls: dict[str, tuple[str, bool]],
+    n: int,
+    prompt_chars: int,
+    stream: bool,
+    api: str,
+) -> dict[str, tuple[list[float], list[float]]]:
+    """n calls to each of `urls` (name → (url, send the forwarded body)), taken in turn so
+    that a change in the machine's load falls on all of them alike."""
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in urls}
     for i in range(n):
-        body = agent_body(api, prompt_chars, i, stream)
-        if as_forwarded:
-            body = forwarded_body(api, body)
-        started = time.perf_counter()
-        first = 0.0
-        if stream:
-            # The first whole event, not the first byte: the fake upstream sends its headers
-            # before it has built any event, which would flatter the direct call.
-            seen = b""
-            with client.stream("POST", url, json=body) as response:
-                for piece in response.iter_raw():
-                    if not first:
-                        seen += piece
-                        if b"\n\n" in seen:
-                            first = time.perf_counter()
-        else:
-            response = client.post(url, json=body)
-        done = time.perf_counter()
-        times.append((done - started) * 1000)
-        firsts.append(((first or done) - started) * 1000)
-        assert response.status_code == 200, response.text
-    return times, firsts
+        for name, (url, as_forwarded) in urls.items():
+            whole, first = timed_call(
+                client, url, prompt_chars, stream, i, api=api, as_forwarded=as_forwarded
+            )
+            times[name][0].append(whole)
+            times[name][1].append(first)
+    return times
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -221,21 +238,20 @@ def sustained(base: str, threads: int, seconds: float, prompt_chars: int) -> tup
 def bench_one(
     client: Any, api: str, url: str, direct_url: str, stream: bool, args: argparse.Namespace
 ) -> None:
-    n, chars = args.calls, args.prompt_chars
-    timed_calls(client, url, 20, chars, stream, api=api)  # warm up
-    timed_calls(client, direct_url, 20, chars, stream, api=api, as_forwarded=True)
-    forwarded, forwarded_first = timed_calls(
-        client, direct_url, n, chars, stream, api=api, as_forwarded=True
-    )
-    proxied, proxied_first = timed_calls(client, url, n, chars, stream, api=api)
+    urls = {"proxied": (url, False), "forwarded": (direct_url, True)}
+    if api == "chat":
+        urls["agent"] = (direct_url, False)
+    timed_calls(client, urls, 20, args.prompt_chars, stream, api)  # warm up
+    times = timed_calls(client, urls, args.calls, args.prompt_chars, stream, api)
+    proxied, proxied_first = times["proxied"]
+    forwarded, forwarded_first = times["forwarded"]
     p50, base = statistics.median(proxied), statistics.median(forwarded)
     line = (
         f"{api:9s} {'streamed' if stream else 'whole':8s} forwarded {base:5.2f} · proxied "
         f"{p50:5.2f} (p99 {percentile(proxied, 0.99):5.2f}) · proxy work {p50 - base:5.2f}"
     )
-    if api == "chat":
-        agent, _ = timed_calls(client, direct_url, n, chars, stream)
-        line += f" · agent sees {p50 - statistics.median(agent):5.2f}"
+    if "agent" in times:
+        line += f" · agent sees {p50 - statistics.median(times['agent'][0]):5.2f}"
     if stream:
         added = statistics.median(proxied_first) - statistics.median(forwarded_first)
         line += f" · first event +{added:4.2f}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_path, env_str, parse_database_url
+from config.env import env_bool, env_float, env_int, env_list, env_path, env_str, parse_database_url
 from harness_app import queues
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -204,6 +204,9 @@ VLLM_RETRIES = env_int("VLLM_RETRIES", 3)
 PROXY_UPSTREAM_URL = env_str("PROXY_UPSTREAM_URL", VLLM_BASE_URL).rstrip("/")
 PROXY_UPSTREAM_API_KEY = env_str("PROXY_UPSTREAM_API_KEY", VLLM_API_KEY)
 PROXY_TIMEOUT_S = env_int("PROXY_TIMEOUT_S", 600)
+# How long a proxy process trusts a session it found open, sparing each call the lookup; a
+# session revoked or closed in another process still works here for up to this long.
+PROXY_AUTH_CACHE_S = env_float("PROXY_AUTH_CACHE_S", 1.0)
 PROXY_SESSION_TTL_S = env_int("PROXY_SESSION_TTL_S", 24 * 3600)
 PROXY_SESSION_MAX_TTL_S = env_int("PROXY_SESSION_MAX_TTL_S", 30 * 24 * 3600)
 # Where a harness run (trajectories/services/harness_runs.py) reaches the proxy: this

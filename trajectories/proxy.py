@@ -133,6 +133,11 @@ def _session_or_error(key: str) -> RecordingSession | JsonResponse:
         return _error(exc.status, str(exc), "invalid_session_key")
 
 
+def proxy_not_found(request: HttpRequest, exception: Exception) -> JsonResponse:
+    """A path under /proxy/ that names no endpoint, answered as an API would (config/wsgi.py)."""
+    return _error(404, f"no proxy endpoint at {request.path}", "not_found")
+
+
 @csrf_exempt
 @login_not_required
 @require_GET
@@ -336,6 +341,9 @@ class _Call:
         problem = "stream_broken: the stream ended before [DONE]"
         splitter = SseSplitter()
         try:
+            # Nothing yet: the server sends the headers now, as the upstream just did, so
+            # the agent reads them while the first event is still being made.
+            yield b""
             for piece in _pieces(upstream):
                 yield from self._relay_events(splitter.feed(piece), fold, translator)
             if splitter.rest().strip():

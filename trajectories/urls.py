@@ -1,24 +1,11 @@
-from django.urls import path
+from django.urls import include, path
 
-from trajectories import proxy
 from trajectories.views import ablations, annotation, batches, dashboard, episodes, harness_tasks
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
-    # the recording proxy (trajectories/proxy.py): the session key is the credential
-    path(
-        "proxy/<str:key>/v1/chat/completions",
-        proxy.proxy_chat_completions,
-        name="proxy_chat_completions",
-    ),
-    path("proxy/<str:key>/v1/messages", proxy.proxy_messages, name="proxy_messages"),
-    path(
-        "proxy/<str:key>/v1/messages/count_tokens",
-        proxy.proxy_count_tokens,
-        name="proxy_count_tokens",
-    ),
-    path("proxy/<str:key>/v1/responses", proxy.proxy_responses, name="proxy_responses"),
-    path("proxy/<str:key>/v1/models", proxy.proxy_models, name="proxy_models"),
+    # the recording proxy (trajectories/proxy_urls.py): the session key is the credential
+    path("", include("trajectories.proxy_urls")),
     path("episodes/", episodes.episode_list, name="episode_list"),
     path("episodes/saved/", episodes.saved_filter_create, name="saved_filter_create"),
     path(
