@@ -191,10 +191,30 @@ HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 2)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # Recording keys are in the proxy's URLs: every handler cuts them (config/logs.py).
+    "filters": {"redact_keys": {"()": "config.logs.RedactSessionKeys"}},
+    "formatters": {
+        "django.server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        }
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "filters": ["redact_keys"]},
+        "django.server": {
+            "class": "logging.StreamHandler",
+            "formatter": "django.server",
+            "filters": ["redact_keys"],
+        },
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # httpx logs every request at INFO: one line per model call and per proxied call.
-    "loggers": {"httpx": {"level": env_str("HTTPX_LOG_LEVEL", "WARNING")}},
+    "loggers": {
+        # httpx logs every request at INFO: one line per model call and per proxied call.
+        "httpx": {"level": env_str("HTTPX_LOG_LEVEL", "WARNING")},
+        # runserver's request lines, as Django logs them, through the filter above.
+        "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
+    },
 }
 EPISODE_STALE_AFTER_S = env_int("EPISODE_STALE_AFTER_S", 300)
 VLLM_TIMEOUT_S = env_int("VLLM_TIMEOUT_S", 120)
@@ -207,6 +227,10 @@ PROXY_TIMEOUT_S = env_int("PROXY_TIMEOUT_S", 600)
 # How long a proxy process trusts a session it found open, sparing each call the lookup; a
 # session revoked or closed in another process still works here for up to this long.
 PROXY_AUTH_CACHE_S = env_float("PROXY_AUTH_CACHE_S", 1.0)
+# Per key and per web process (trajectories/proxy_limits.py); 0 means no limit. Over either,
+# a call gets 429 with Retry-After in its own API's error shape.
+PROXY_MAX_CONCURRENT_CALLS_PER_KEY = env_int("PROXY_MAX_CONCURRENT_CALLS_PER_KEY", 4)
+PROXY_MAX_CALLS_PER_MINUTE_PER_KEY = env_int("PROXY_MAX_CALLS_PER_MINUTE_PER_KEY", 600)
 PROXY_SESSION_TTL_S = env_int("PROXY_SESSION_TTL_S", 24 * 3600)
 PROXY_SESSION_MAX_TTL_S = env_int("PROXY_SESSION_MAX_TTL_S", 30 * 24 * 3600)
 # Where a harness run (trajectories/services/harness_runs.py) reaches the proxy: this

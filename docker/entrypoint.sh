@@ -9,7 +9,7 @@ case "${1:-web}" in
     # threads that live on keep their database connections (CONN_MAX_AGE).
     exec gunicorn config.wsgi:application --bind 0.0.0.0:8000 \
       --workers "${WEB_CONCURRENCY:-3}" --worker-class gthread --threads "${WEB_THREADS:-8}" \
-      --timeout 120 --access-logfile -
+      --timeout 120 --access-logfile - --logger-class config.logs.RedactingLogger
     ;;
   worker)
     exec celery -A config worker --loglevel=INFO \

@@ -46,6 +46,7 @@ from harness_app.harness.llm.proxy_protocol import (
 from harness_app.harness.llm.sampling_overrides import sampling_overrides_parse
 from trajectories.models import RecordingSession
 from trajectories.proxy_dialects import CHAT, MESSAGES, RESPONSES, Dialect, StreamTranslator
+from trajectories.proxy_limits import OverLimit, ReleasedAtClose, Slot, key_limits
 from trajectories.services.recording import (
     RecordedCall,
     SessionKeyError,
@@ -191,6 +192,17 @@ def proxy_count_tokens(request: HttpRequest, key: str) -> HttpResponse:
     except SessionKeyError as exc:
         return MESSAGES.error(exc.status, str(exc), "invalid_session_key")
     try:
+        slot = key_limits.admit(session.pk)
+    except OverLimit as exc:
+        return _over_limit(MESSAGES, exc)
+    try:
+        return _count_tokens(request, session)
+    finally:
+        slot.release()
+
+
+def _count_tokens(request: HttpRequest, session: RecordingSession) -> HttpResponse:
+    try:
         caller = orjson.loads(request.body)
         if isinstance(caller, dict):
             caller = {**caller, "max_tokens": 1}  # the count request has none
@@ -234,6 +246,10 @@ def _proxied(request: HttpRequest, key: str, dialect: Dialect) -> HttpResponseBa
         param = exc.param if isinstance(exc, ProtocolError) else None
         message = f"not {dialect.what}: {exc}"
         return dialect.error(400, message, "invalid_request_error", param)
+    try:
+        slot = key_limits.admit(session.pk)
+    except OverLimit as exc:
+        return _over_limit(dialect, exc)
     call = _Call(
         session=session,
         dialect=dialect,
@@ -241,10 +257,25 @@ def _proxied(request: HttpRequest, key: str, dialect: Dialect) -> HttpResponseBa
         request=chat,
         forwarded=forwarded,
         asked=asked,
+        slot=slot,
     )
-    if asked.stream:
-        return call.streamed()
-    return call.whole()
+    streaming = False
+    try:
+        response = call.streamed() if asked.stream else call.whole()
+        # A stream gives the slot back when the server closes it (ReleasedAtClose).
+        streaming = isinstance(response, StreamingHttpResponse)
+        return response
+    finally:
+        if not streaming:
+            slot.release()
+
+
+def _over_limit(dialect: Dialect, exc: OverLimit) -> HttpResponse:
+    # 429 with Retry-After, as the OpenAI and Anthropic APIs answer a rate limit; their
+    # clients wait and retry on their own.
+    response = dialect.error(429, str(exc), "rate_limit_exceeded")
+    response["Retry-After"] = exc.retry_after
+    return response
 
 
 class _Call:
@@ -259,6 +290,7 @@ class _Call:
         request: dict[str, Any],
         forwarded: dict[str, Any],
         asked: Asked,
+        slot: Slot,
     ) -> None:
         self.session = session
         self.dialect = dialect
@@ -268,6 +300,7 @@ class _Call:
         self.request = request
         self.forwarded = forwarded
         self.asked = asked
+        self.slot = slot
         self.agent = agent_fingerprint(request.get("messages"))
         self.started = time.perf_counter()
         self.recorded = False
@@ -327,7 +360,7 @@ class _Call:
             self._record_refused(upstream.status, content.decode(errors="replace"))
             return self._refused(upstream.status, content, upstream)
         response = StreamingHttpResponse(
-            self._relay(upstream, self.dialect.stream(self.caller)),
+            ReleasedAtClose(self._relay(upstream, self.dialect.stream(self.caller)), self.slot),
             content_type=upstream.headers.get("content-type") or "text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
@@ -363,9 +396,10 @@ class _Call:
             upstream.release_conn()
             if not self.recorded:
                 self._record(fold.response(), error=problem, aborted=True)
-        if problem and translator is not None:
-            # The chat relay just ends; the translated APIs say so in an event of their own.
-            yield translator.error(problem)
+        if problem:
+            # Said in an event of the API's own, so the agent's client raises instead of
+            # taking a cut-off answer for a whole one.
+            yield translator.error(problem) if translator is not None else _chat_error(problem)
 
     def _relay_events(
         self, events: list[bytes], fold: StreamFold, translator: StreamTranslator | None
@@ -502,6 +536,13 @@ def _without_token_ids(payload: dict[str, Any]) -> dict[str, Any]:
         for choice in payload.get("choices") or []
     ]
     return stored
+
+
+def _chat_error(problem: str) -> bytes:
+    # vLLM's own mid-stream error event (the openai client raises APIError on it); no
+    # [DONE] after it, so a client that skips error events still sees the stream cut off.
+    error = {"message": f"the model server broke off: {problem}", "type": "api_error"}
+    return b"data: " + orjson.dumps({"error": {**error, "param": None, "code": 502}}) + b"\n\n"
 
 
 def _passthrough(content: bytes, upstream: urllib3.BaseHTTPResponse) -> HttpResponse:

@@ -219,8 +219,12 @@ def test_a_broken_stream_is_recorded_as_aborted(client, settings, session_and_ke
     with FakeOpenAIServer(break_stream_after=3) as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         response = chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True})
-        _, done = streamed_body(response)
+        chunks, done = streamed_body(response)
     assert not done
+    # The agent's client is told, in vLLM's mid-stream error event, not left with a cut-off
+    # stream that reads like a whole one.
+    assert chunks[-1]["error"]["code"] == 502
+    assert "stream_broken" in chunks[-1]["error"]["message"]
     call = ModelCall.objects.get(episode=session.episode)
     assert call.aborted and call.error.startswith("stream_broken")
     session.refresh_from_db()

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from harness_app.roles import Role
 from tests import factories
 from tests.fakes.openai_server import FakeOpenAIServer
 from trajectories.models import EpisodeStatus, RecordingSession
@@ -99,3 +100,20 @@ def test_revoking_keeps_the_recording_and_refuses_the_key(researcher_api, client
     assert revoked["state"] == "revoked" and revoked["revoked_at"]
     response = client.get(f"/proxy/{created['key']}/v1/models")
     assert response.status_code == 403 and "revoked" in response.json()["error"]["message"]
+
+
+def test_only_its_owner_or_staff_closes_or_revokes_a_session(researcher_api):
+    created = researcher_api.post("/api/recordings/", {"name": "rita's"}).json()
+    colleague = factories.client_for(factories.user("ravi", Role.RESEARCHER))
+    for action in ("close", "revoke"):
+        refused = colleague.post(f"/api/recordings/{created['id']}/{action}/", {})
+        assert refused.status_code == 403, action
+        assert "only its owner or staff" in refused.json()["detail"]
+    assert RecordingSession.objects.get(pk=created["id"]).revoked_at is None
+    staff = factories.user("sam", Role.RESEARCHER)
+    staff.is_staff = True
+    staff.save()
+    revoked = factories.client_for(staff).post(f"/api/recordings/{created['id']}/revoke/", {})
+    assert revoked.status_code == 200 and revoked.json()["state"] == "revoked"
+    closed = researcher_api.post(f"/api/recordings/{created['id']}/close/", {})
+    assert closed.status_code == 200 and closed.json()["state"] == "closed"

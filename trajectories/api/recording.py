@@ -17,7 +17,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -111,6 +111,19 @@ class RecordingCreatedSerializer(RecordingSerializer):
         return str(self.context["key"])
 
 
+def _own(request: Request, session: RecordingSession) -> RecordingSession:
+    if not selectors_recording.recording_session_manageable_by(session, request.user):
+        raise PermissionDenied(
+            f"recording session {session.pk} is {_owner(session)}'s; only its owner or staff "
+            "may close or revoke it"
+        )
+    return session
+
+
+def _owner(session: RecordingSession) -> str:
+    return session.created_by.get_username() if session.created_by else "nobody"
+
+
 def _invalid(exc: recording.RecordingError) -> ValidationError:
     return ValidationError({exc.field: [str(exc)]})
 
@@ -149,7 +162,7 @@ class RecordingViewSet(
         form.is_valid(raise_exception=True)
         try:
             session = recording.recording_session_close(
-                session=self.get_object(), **form.validated_data
+                session=_own(request, self.get_object()), **form.validated_data
             )
         except recording.RecordingError as exc:
             raise _invalid(exc) from None
@@ -159,7 +172,7 @@ class RecordingViewSet(
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str) -> Response:
         """Refuse the key from now on; what was recorded stays."""
-        session = recording.recording_session_revoke(session=self.get_object())
+        session = recording.recording_session_revoke(session=_own(request, self.get_object()))
         return Response(RecordingSerializer(session).data)
 
     @extend_schema(

@@ -46,6 +46,14 @@ def recording_sessions() -> QuerySet[RecordingSession]:
     return RecordingSession.objects.select_related("episode", "created_by").order_by("-pk")
 
 
+def recording_session_manageable_by(session: RecordingSession, user: Any) -> bool:
+    """Whether `user` may close, revoke or re-key the session: its owner, or staff. Another
+    researcher could otherwise end a colleague's recording mid-run."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    return bool(user.is_staff) or session.created_by_id == user.pk
+
+
 def session_state(session: RecordingSession, *, now: Any) -> str:
     if session.closed_at is not None:
         return "closed"
