@@ -359,13 +359,22 @@ class _Call:
             upstream.release_conn()
             self._record_refused(upstream.status, content.decode(errors="replace"))
             return self._refused(upstream.status, content, upstream)
+        relay = self._relay(upstream, self.dialect.stream(self.caller))
         response = StreamingHttpResponse(
-            ReleasedAtClose(self._relay(upstream, self.dialect.stream(self.caller)), self.slot),
+            ReleasedAtClose(relay, self.slot, lambda: self._closed_unread(upstream)),
             content_type=upstream.headers.get("content-type") or "text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # let nginx pass events on as they come
         return response
+
+    def _closed_unread(self, upstream: urllib3.BaseHTTPResponse) -> None:
+        # The server closed the answer before reading any of it (the agent was gone):
+        # the relay never ran, so its `finally` did not either.
+        if not self.recorded:
+            upstream.close()
+            upstream.release_conn()
+            self._record({}, error="client_disconnected: closed before it was read", aborted=True)
 
     def _relay(
         self, upstream: urllib3.BaseHTTPResponse, translator: StreamTranslator | None

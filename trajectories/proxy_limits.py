@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from django.conf import settings
 
@@ -99,11 +99,15 @@ class KeyLimits:
 
 class ReleasedAtClose:
     """A streamed body that gives its call's slot back when the server closes it, whether
-    or not it was ever read (a generator never started runs no `finally`)."""
+    or not it was ever read (a generator never started runs no `finally`); `on_close`
+    then settles what the body itself could not."""
 
-    def __init__(self, body: Iterator[bytes], slot: Slot) -> None:
+    def __init__(
+        self, body: Iterator[bytes], slot: Slot, on_close: Callable[[], None] | None = None
+    ) -> None:
         self._body = body
         self._slot = slot
+        self._on_close = on_close
 
     def __iter__(self) -> Iterator[bytes]:
         return self._body
@@ -113,6 +117,8 @@ class ReleasedAtClose:
             close = getattr(self._body, "close", None)
             if close is not None:
                 close()
+            if self._on_close is not None:
+                self._on_close()
         finally:
             self._slot.release()
 

@@ -390,7 +390,11 @@ def test_the_upstream_gets_the_proxys_api_key_never_the_callers(client, settings
     settings.PROXY_UPSTREAM_API_KEY = "sk-upstream"
     secret = {"Authorization": "Bearer caller-secret"}
     chat(client, key, {"model": "m", "messages": [SYSTEM]}, headers=secret)
-    chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True}, headers=secret)
+    # Read to the end, so the call is recorded inside this test (an answer left unread
+    # would be settled when it is collected, after the test's database is gone).
+    streamed_body(
+        chat(client, key, {"model": "m", "messages": [SYSTEM], "stream": True}, headers=secret)
+    )
     client.get(f"/proxy/{key}/v1/models", headers=secret)
     sent = [{k.lower(): v for k, v in r["headers"].items()} for r in upstream.requests]
     assert [h.get("authorization") for h in sent] == ["Bearer sk-upstream"] * 3

@@ -55,20 +55,23 @@ def test_a_key_over_its_calls_in_flight_gets_429_in_its_own_api(client, settings
         _, other = recording_session_create(user=None, name="other")
         assert post(client, other, "chat/completions", CHAT).status_code == 200
         fake.release.set()
-        b"".join(pieces)
-        held.close()
+        b"".join(pieces)  # read to the end: the test client closes the answer
         # The stream is over: its place is free again.
         assert post(client, key, "chat/completions", CHAT).status_code == 200
     # The refused calls never reached the model server.
     assert [r["path"] for r in fake.requests].count("/v1/chat/completions") == 3
 
 
+@pytest.mark.django_db(transaction=True)  # closing the answer closes the connection too
 def test_a_stream_closed_unread_gives_its_place_back(client, settings, key):
     with FakeOpenAIServer() as fake:
         settings.PROXY_UPSTREAM_URL = fake.base_url
         unread = post(client, key, "chat/completions", {**CHAT, "stream": True})
         assert post(client, key, "chat/completions", CHAT).status_code == 429
         unread.close()  # the agent hung up before reading a byte
+        # Recorded as aborted at once, and its place is free again.
+        (aborted,) = ModelCall.objects.filter(aborted=True)
+        assert aborted.error.startswith("client_disconnected")
         assert post(client, key, "chat/completions", CHAT).status_code == 200
 
 
