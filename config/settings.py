@@ -8,6 +8,7 @@ SECRET_KEY or with DEBUG on. See docs/operations.md for every variable.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -179,6 +180,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # Where `make llm` serves SmolLM2; vLLM's own default, 8000, is the web server's port.
 VLLM_BASE_URL = env_str("VLLM_BASE_URL", "http://127.0.0.1:8011/v1")
+# The hosts a policy config's base URL may name (harness_app/policy_hosts.py); "*": any.
+POLICY_ALLOWED_HOSTS = env_list(
+    "POLICY_ALLOWED_HOSTS",
+    sorted({urlsplit(VLLM_BASE_URL).hostname or "127.0.0.1", "localhost", "127.0.0.1"}),
+)
 # The key vLLM was started with (--api-key), sent as a bearer token to VLLM_BASE_URL only:
 # a policy that names a server of its own never receives it.
 VLLM_API_KEY = env_str("VLLM_API_KEY", "")

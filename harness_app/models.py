@@ -15,6 +15,8 @@ from django.db import models
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
+from harness_app.policy_hosts import validate_policy_base_url
+
 
 class IndexStatus(models.TextChoices):
     MISSING = "missing", "Missing"
@@ -246,7 +248,7 @@ class ContextMode(models.TextChoices):
 class PolicyConfig(models.Model):
     name = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=16, choices=PolicyKind.choices)
-    base_url = models.URLField(blank=True)
+    base_url = models.URLField(blank=True, validators=[validate_policy_base_url])
     model = models.CharField(max_length=200, blank=True)
     # temperature, top_p, max_tokens, ... passed to the chat completions call
     sampling = models.JSONField(default=dict, blank=True)

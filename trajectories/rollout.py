@@ -24,6 +24,7 @@ from harness_app.harness.runner import iter_episode
 from harness_app.harness.state import HarnessStateJson
 from harness_app.harness.types import QuerySpec
 from harness_app.models import ContextMode, PolicyConfig, PolicyKind, Query
+from harness_app.policy_hosts import policy_base_url
 from trajectories.models import Episode, RolloutBatch
 from trajectories.services import rollouts
 
@@ -71,7 +72,7 @@ def policy_build(
     if config.kind == PolicyKind.BASELINE:
         # The baseline must only call tools this episode's ablation offers.
         return make_policy("baseline", tools=[t["function"]["name"] for t in tools])
-    base_url = config.base_url or settings.VLLM_BASE_URL
+    base_url = policy_base_url(config)
     client = ChatClient(
         base_url,
         config.model,

@@ -106,3 +106,43 @@ def test_bad_policy_configs_name_the_field(researcher_api, body, field, message)
     assert response.status_code == 400
     errors = response.json()
     assert errors[field] == [message]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data",  # the cloud metadata address
+        "http://internal-db.example:5432/v1",
+        "file:///etc/passwd",
+    ],
+)
+def test_a_policy_may_not_point_outside_the_allowed_hosts(researcher_api, url):
+    body = {"name": "x", "kind": "openai", "model": "m", "base_url": url}
+    response = researcher_api.post("/api/policies/", body, format="json")
+    assert response.status_code == 400
+    messages = " ".join(response.json()["base_url"])
+    assert "POLICY_ALLOWED_HOSTS" in messages or "not an http(s) URL" in messages
+    assert not PolicyConfig.objects.filter(name="x").exists()
+
+
+def test_allowed_hosts_can_name_a_port(researcher_api, settings):
+    settings.POLICY_ALLOWED_HOSTS = ["vllm.lab:8000"]
+    body = {"name": "ok", "kind": "openai", "model": "m", "base_url": "http://vllm.lab:8000/v1"}
+    assert researcher_api.post("/api/policies/", body, format="json").status_code == 201
+    other_port = {**body, "name": "no", "base_url": "http://vllm.lab:9000/v1"}
+    refused = researcher_api.post("/api/policies/", other_port, format="json")
+    assert refused.status_code == 400
+    assert "host 'vllm.lab' is not one policies may call" in refused.json()["base_url"][0]
+
+
+def test_a_stored_policy_whose_host_is_no_longer_allowed_is_refused_at_use(settings):
+    from harness_app.policy_hosts import PolicyHostError, policy_base_url
+
+    # Written before the setting narrowed (the ORM's create runs no validators).
+    config = PolicyConfig.objects.create(
+        name="old", kind="openai", model="m", base_url="http://10.0.0.7:8000/v1"
+    )
+    with pytest.raises(PolicyHostError, match=f"policy config {config.pk}: host '10.0.0.7'"):
+        policy_base_url(config)
+    settings.POLICY_ALLOWED_HOSTS = ["*"]
+    assert policy_base_url(config) == "http://10.0.0.7:8000/v1"

@@ -35,6 +35,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from harness_app import queues
 from harness_app.harness.llm.reconstruct import strategy_clean
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind, ToolCallFormat
+from harness_app.policy_hosts import policy_base_url
 from training.models import (
     RL_JOB_FINISHED,
     PolicyVersion,
@@ -319,7 +320,7 @@ def _rollout_finished(job: RLJob, step: RLStep) -> bool:
 
 
 def _base_url(job: RLJob) -> str:
-    return job.base_policy.base_url or settings.VLLM_BASE_URL
+    return policy_base_url(job.base_policy)
 
 
 def _step_train(job: RLJob, step: RLStep) -> float | None:

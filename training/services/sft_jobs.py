@@ -36,6 +36,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
 from harness_app.models import PolicyConfig, PolicyKind
+from harness_app.policy_hosts import policy_base_url
 from training.models import (
     SFT_JOB_FINISHED,
     ExportStatus,
@@ -364,7 +365,7 @@ def _job_settings(job: SFTJob) -> SFTJobSettings:
 
 
 def _base_url(job: SFTJob) -> str:
-    return job.base_policy.base_url or settings.VLLM_BASE_URL
+    return policy_base_url(job.base_policy)
 
 
 def _publish(job: SFTJob) -> None:

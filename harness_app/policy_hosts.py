@@ -1,0 +1,70 @@
+"""Where a policy config may point: only at hosts named in POLICY_ALLOWED_HOSTS.
+
+A policy's base URL is called by the Celery workers and by the trainer, from inside the
+deployment's network. Left open, a researcher's config could aim them at any host there,
+the cloud metadata address (169.254.169.254) included. The allowed hosts are names, not
+addresses: by default the local vLLM's host, `localhost` and `127.0.0.1`; an entry with
+a port (`vllm:8000`) allows that port only; `*` allows any host.
+
+Checked where a config is written (the model field's validator, so the API and the
+forms say which field is wrong) and again where one is used, for rows written before
+the setting changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+
+class PolicyHostError(ValueError):
+    """A policy config whose base URL is not on the allowed hosts."""
+
+
+class _HasBaseUrl(Protocol):
+    @property
+    def pk(self) -> Any: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+
+def base_url_refusal(url: str) -> str:
+    """Why `url` may not be a policy's base URL, or "" if it may."""
+    if not url:
+        return ""  # empty means VLLM_BASE_URL, which the deployment chose
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an http(s) URL with a host"
+    allowed = [entry.strip().lower() for entry in settings.POLICY_ALLOWED_HOSTS]
+    if "*" in allowed:
+        return ""
+    host = parts.hostname.lower()
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return f"{url!r} has no valid port"
+    if host in allowed or f"{host}:{port}" in allowed:
+        return ""
+    return (
+        f"host {host!r} is not one policies may call; allowed: {', '.join(allowed)} "
+        "(POLICY_ALLOWED_HOSTS)"
+    )
+
+
+def validate_policy_base_url(url: str) -> None:
+    """The model field's validator."""
+    refusal = base_url_refusal(url)
+    if refusal:
+        raise ValidationError(refusal, code="host_not_allowed")
+
+
+def policy_base_url(config: _HasBaseUrl) -> str:
+    """The URL to call for `config`: its own, if still allowed, or VLLM_BASE_URL."""
+    refusal = base_url_refusal(config.base_url)
+    if refusal:
+        raise PolicyHostError(f"policy config {config.pk}: {refusal}")
+    return config.base_url or settings.VLLM_BASE_URL
