@@ -2,10 +2,24 @@
 
 It lives beside the Celery app in config/, the top floor, because it reads that app's
 connection; the apps below never import config (docs/architecture.md, "Floors").
+
+Each probe runs in a thread of its own and is waited on for at most
+HEALTH_CHECK_TIMEOUT_S: a server that accepts the connection and never answers would
+otherwise hold the load balancer's probe for minutes. A probe still stuck holds its
+thread until its driver gives up; with eight stuck, later probes report "no answer" at
+once instead of piling up threads. The public answer names the component
+and what kind of failure it was; the driver's own message, which can carry host names
+and addresses, goes to the log only.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -17,6 +31,10 @@ from django.views.decorators.http import require_GET
 
 from config.celery import app
 
+log = logging.getLogger(__name__)
+# Probes waiting at once; daemon threads, so a stuck one never holds up the process's exit.
+_probe_slots = threading.BoundedSemaphore(8)
+
 
 @dataclass(frozen=True)
 class Check:
@@ -24,32 +42,73 @@ class Check:
     detail: str
 
 
-def database_check() -> Check:
+class _Down(Exception):
+    """A probe's failure, in words fit for the public answer."""
+
+
+def _database() -> str:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
-    except Exception as exc:  # any driver error means "down"; the detail says which
-        return Check(False, f"{type(exc).__name__}: {exc}".strip())
-    return Check(True, connection.vendor)
+    except Exception as exc:  # any driver error means "down"
+        log.warning("healthz: database: %s: %s", type(exc).__name__, exc)
+        raise _Down(f"unreachable ({type(exc).__name__})") from None
+    finally:
+        connection.close()  # a probe thread keeps no connection between probes
+    return connection.vendor
 
 
-def broker_check() -> Check:
+def _broker() -> str:
     timeout = settings.HEALTH_CHECK_TIMEOUT_S
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, timeout=timeout)
-            transport = conn.transport_cls
+            return str(conn.transport_cls)
     except Exception as exc:
-        return Check(False, f"{type(exc).__name__}: {exc}".strip())
-    return Check(True, str(transport))
+        log.warning("healthz: broker: %s: %s", type(exc).__name__, exc)
+        raise _Down(f"unreachable ({type(exc).__name__})") from None
+
+
+def _start(probe: Callable[[], str]) -> Future[str]:
+    future: Future[str] = Future()
+    if not _probe_slots.acquire(blocking=False):
+        future.set_exception(_Down("no answer: earlier probes are still waiting"))
+        return future
+
+    def run() -> None:
+        try:
+            future.set_result(probe())
+        except BaseException as exc:
+            future.set_exception(exc)
+        finally:
+            _probe_slots.release()
+
+    threading.Thread(target=run, name="healthz", daemon=True).start()
+    return future
+
+
+def run_checks(probes: dict[str, Callable[[], str]], timeout_s: float) -> dict[str, Check]:
+    """Every probe at once, each answer awaited until `timeout_s` from now."""
+    deadline = time.monotonic() + timeout_s
+    futures = {name: _start(probe) for name, probe in probes.items()}
+    checks = {}
+    for name, future in futures.items():
+        try:
+            left = max(0.0, deadline - time.monotonic())
+            checks[name] = Check(True, future.result(timeout=left))
+        except FutureTimeout:
+            checks[name] = Check(False, f"no answer within {timeout_s:g} s")
+        except _Down as exc:
+            checks[name] = Check(False, str(exc))
+    return checks
 
 
 @login_not_required
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    checks = {"database": database_check(), "broker": broker_check()}
+    checks = run_checks({"database": _database, "broker": _broker}, settings.HEALTH_CHECK_TIMEOUT_S)
     healthy = all(c.ok for c in checks.values())
     body = {
         "status": "ok" if healthy else "unavailable",

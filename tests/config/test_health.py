@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -50,4 +53,40 @@ def test_healthz_is_503_when_the_database_is_unreachable(tmp_path) -> None:
     assert body["http"] == 503
     assert body["status"] == "unavailable"
     assert body["checks"]["database"]["ok"] is False
-    assert "OperationalError" in body["checks"]["database"]["detail"]
+    detail = body["checks"]["database"]["detail"]
+    assert detail == "unreachable (OperationalError)"  # not the driver's text: no hosts
+    assert "127.0.0.1" not in json.dumps(body)
+
+
+def test_healthz_answers_within_5_s_when_servers_accept_and_never_reply(tmp_path) -> None:
+    # A listener that accepts connections and never says a word, for both components.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    port = silent.getsockname()[1]
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        started = time.monotonic()
+        body = _healthz_in_subprocess(
+            tmp_path,
+            CELERY_BROKER_URL=f"redis://127.0.0.1:{port}/0",
+            DATABASE_URL=f"postgres://nobody@127.0.0.1:{port}/nothing",
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        silent.close()
+        for conn in held:
+            conn.close()
+    assert body["http"] == 503
+    assert body["checks"]["database"] == {"ok": False, "detail": "no answer within 1 s"}
+    assert body["checks"]["broker"] == {"ok": False, "detail": "no answer within 1 s"}
+    assert elapsed < 5 + 3  # the answer in under 5 s, plus the subprocess's start-up
