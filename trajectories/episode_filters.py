@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from harness_app.ids import as_id, id_problem
 from trajectories.models import AnnotationStatus, Episode, EpisodeKind, EpisodeStatus
 from trajectories.selectors.episode_list import RANGE_FIELDS, episode_list_queryset
 
@@ -39,12 +40,9 @@ class EpisodeFilterError(ValueError):
 
 
 def _as_id(key: str, value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise EpisodeFilterError(key, f"expected an integer id, got {value!r}") from None
-    if number < 1:
-        raise EpisodeFilterError(key, f"ids are positive, got {number}")
+    number = as_id(value)
+    if number is None:
+        raise EpisodeFilterError(key, id_problem(value))
     return number
 
 

@@ -10,6 +10,7 @@ from django import forms
 from django.db.models import Model
 
 from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
+from harness_app.ids import MAX_ID, as_id, id_problem
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import (
     ENDED_REASONS,
@@ -54,17 +55,29 @@ def _range_field(name: str, bound: str) -> forms.Field:
     return forms.IntegerField(required=False, min_value=0, label=label)
 
 
+class IdChoiceField(forms.ModelChoiceField):
+    """A choice by id that refuses what is not an id before querying: a number past 64
+    bits would otherwise make the driver raise OverflowError (harness_app/ids.py)."""
+
+    def to_python(self, value: Any) -> Any:
+        if value in self.empty_values:
+            return None
+        if as_id(value) is None:
+            raise forms.ValidationError(id_problem(value), code="invalid_choice")
+        return super().to_python(value)
+
+
 class EpisodeFilterForm(forms.Form):
     """GET parameters of the episode list; the URL is the permalink of a filter."""
 
     q = forms.CharField(required=False, max_length=200, label="Query text contains")
-    batch = forms.IntegerField(required=False, min_value=1, label="Batch #")
-    benchmark = forms.ModelChoiceField(
+    batch = forms.IntegerField(required=False, min_value=1, max_value=MAX_ID, label="Batch #")
+    benchmark = IdChoiceField(
         Benchmark.objects.only("pk", "name").order_by("name"),
         required=False,
         empty_label="any",
     )
-    policy = forms.ModelChoiceField(
+    policy = IdChoiceField(
         PolicyConfig.objects.only("pk", "name").order_by("name"),
         required=False,
         empty_label="any",
@@ -82,7 +95,9 @@ class EpisodeFilterForm(forms.Form):
     annotation_status = forms.ChoiceField(
         required=False, choices=[("", "any"), *AnnotationStatus.choices], label="Annotation"
     )
-    query = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    query = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_ID, widget=forms.HiddenInput
+    )
     sort = forms.ChoiceField(
         required=False, choices=[(k, SORT_LABELS[k]) for k in SORTS], initial="newest"
     )

@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_app.api import CanBrowse, IsResearcher
+from harness_app.ids import as_id, id_problem
 from harness_app.roles import Role, user_has_role
 from trajectories.api.filters import FILTER_PARAMETERS, filters_from, query_filters
 from trajectories.models import Annotation, AnnotationBulkAction
@@ -62,9 +63,10 @@ class AnnotationViewSet(
             rows = rows.filter(annotator_id=self.request.user.pk)
         episode = self.request.query_params.get("episode")
         if episode:
-            if not episode.isdigit():
-                raise ValidationError({"episode": [f"expected an episode id, got {episode!r}"]})
-            rows = rows.filter(episode_id=int(episode))
+            episode_id = as_id(episode)
+            if episode_id is None:
+                raise ValidationError({"episode": [id_problem(episode)]})
+            rows = rows.filter(episode_id=episode_id)
         return rows
 
     @extend_schema(

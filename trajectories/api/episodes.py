@@ -3,6 +3,7 @@ and model calls, and the reward-hacking candidates."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.db.models import QuerySet
@@ -77,6 +78,8 @@ class EpisodeViewSet(viewsets.ReadOnlyModelViewSet[Episode]):
         try:
             min_reward = None if raw is None else float(raw)
         except ValueError:
-            raise ValidationError({"min_reward": [f"expected a number, got {raw!r}"]}) from None
+            min_reward = math.nan
+        if min_reward is not None and not math.isfinite(min_reward):
+            raise ValidationError({"min_reward": [f"expected a finite number, got {raw!r}"]})
         rows = reward_hacking_candidates(min_reward=min_reward)
         return Response(RewardHackingSerializer(rows, many=True).data)

@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_app.api import ResearcherWrites, request_user
+from harness_app.ids import as_id, id_problem
 from trajectories.agent_clis import CLI_KINDS
 from trajectories.models import HarnessGroup, HarnessRunStatus, HarnessTask
 from trajectories.selectors import harness_tasks as selectors
@@ -169,7 +170,12 @@ class HarnessGroupViewSet(
     def get_queryset(self) -> QuerySet[HarnessGroup]:
         groups = selectors.harness_groups()
         task = self.request.query_params.get("task")
-        return groups.filter(task_id=int(task)) if task and task.isdigit() else groups
+        if not task:
+            return groups
+        task_id = as_id(task)
+        if task_id is None:
+            raise ValidationError({"task": [id_problem(task)]})
+        return groups.filter(task_id=task_id)
 
     def get_serializer_class(self) -> type[serializers.BaseSerializer[HarnessGroup]]:
         return HarnessGroupDetailSerializer if self.action == "retrieve" else HarnessGroupSerializer

@@ -24,6 +24,7 @@ from rest_framework.response import Response
 from harness_app.api import ResearcherWrites, request_user
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE
 from harness_app.harness.llm.reconstruct_report import TrainerShape
+from harness_app.ids import as_id, id_problem
 from trajectories.models import RecordingSession
 from trajectories.selectors import recording as selectors_recording
 from trajectories.services import recording
@@ -217,12 +218,15 @@ class RecordingViewSet(
             sessions = sessions.filter(task=task)
         ids = request.query_params.getlist("session")
         if ids:
-            if not all(i.isdigit() for i in ids):
-                raise ValidationError({"session": ["session ids are whole numbers"]})
-            sessions = sessions.filter(pk__in=[int(i) for i in ids])
+            bad = [i for i in ids if as_id(i) is None]
+            if bad:
+                raise ValidationError({"session": [id_problem(bad[0])]})
+            sessions = sessions.filter(pk__in=[as_id(i) for i in ids])
         substeps = request.query_params.get("substeps", "1")
-        if not substeps.isdigit() or int(substeps) < 1:
-            raise ValidationError({"substeps": [f"{substeps!r} is not a whole number >= 1"]})
+        if not substeps.isdigit() or not 1 <= int(substeps) <= 1000:
+            raise ValidationError(
+                {"substeps": [f"{substeps!r} is not a whole number from 1 to 1000"]}
+            )
         shape = TrainerShape(substeps=int(substeps))
         report = selectors_recording.recording_report(sessions=sessions, shape=shape)
         return Response(report.to_json())

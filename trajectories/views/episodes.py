@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from harness_app.ids import as_id
 from harness_app.models import Document
 from harness_app.roles import browse_required
 from trajectories.forms import EpisodeFilterForm, SavedFilterForm
@@ -161,7 +162,7 @@ def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _int_param(request: HttpRequest, name: str) -> int | None:
     value = request.GET.get(name, "")
-    return int(value) if value.isdigit() else None
+    return as_id(value)
 
 
 @browse_required
