@@ -4,6 +4,7 @@ result) as a policy that samples like the one it was trained from."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from harness_app.models import PolicyConfig, PolicyKind
@@ -30,3 +31,21 @@ def adapter_policy(
         },
     )
     return policy
+
+
+def base_model_dir_problem(base_model_dir: str) -> str:
+    """Why `base_model_dir` is not a folder of weights a job can train, or "". A path the
+    system cannot even look at (a part over 255 characters, no permission) is said so,
+    instead of escaping as an OSError."""
+    where = f"base_model_dir {base_model_dir[:200]!r}"
+    try:
+        found = (Path(base_model_dir) / "config.json").is_file()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"{where} cannot be read: {reason}"
+    if not found:
+        return (
+            f"{where} has no config.json: give the local folder of the weights the vLLM "
+            "server serves (make llm writes .llm/smollm2-135m-instruct)"
+        )
+    return ""

@@ -50,7 +50,7 @@ from training.rl import publish
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
-from training.services.policies import adapter_policy
+from training.services.policies import adapter_policy, base_model_dir_problem
 from training.services.rl_job_settings import (
     LORA_TARGETS_DEFAULT,
     MAX_GROUP_SIZE,
@@ -92,12 +92,9 @@ def _check_trainable_setup(base_policy: PolicyConfig, base_model_dir: str) -> No
             "samples from an OpenAI-compatible (vLLM) policy, whose adapters it then serves",
             field="base_policy",
         )
-    if not (Path(base_model_dir) / "config.json").is_file():
-        raise RLJobError(
-            f"base_model_dir {base_model_dir!r} has no config.json: give the local folder of "
-            "the weights the vLLM server serves (make llm writes .llm/smollm2-135m-instruct)",
-            field="base_model_dir",
-        )
+    problem = base_model_dir_problem(base_model_dir)
+    if problem:
+        raise RLJobError(problem, field="base_model_dir")
     missing = [p for p in TRAIN_PACKAGES if importlib.util.find_spec(p) is None]
     if missing:
         raise RLJobError(

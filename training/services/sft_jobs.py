@@ -45,7 +45,7 @@ from training.models import (
     SFTJobStatus,
 )
 from training.rl import publish
-from training.services.policies import adapter_policy
+from training.services.policies import adapter_policy, base_model_dir_problem
 from training.services.sft_job_settings import SFTJobError, SFTJobSettings, sft_settings_from
 from trajectories.rollout import model_server_api_key
 
@@ -100,12 +100,9 @@ def _check_setup(base_policy: PolicyConfig, base_model_dir: str) -> None:
             "adapter is served by an OpenAI-compatible (vLLM) policy's server",
             field="base_policy",
         )
-    if not (Path(base_model_dir) / "config.json").is_file():
-        raise SFTJobError(
-            f"base_model_dir {base_model_dir!r} has no config.json: give the local folder of "
-            "the weights the vLLM server serves (make llm writes .llm/smollm2-135m-instruct)",
-            field="base_model_dir",
-        )
+    problem = base_model_dir_problem(base_model_dir)
+    if problem:
+        raise SFTJobError(problem, field="base_model_dir")
     missing = [p for p in TRAIN_PACKAGES if importlib.util.find_spec(p) is None]
     if missing:
         raise SFTJobError(
