@@ -46,7 +46,7 @@ def test_a_folder_without_weights_is_refused_with_its_path(llm_policy, tmp_path)
 
 def test_a_path_the_system_cannot_read_is_refused_naming_the_field(llm_policy, tmp_path):
     # A path part over 255 characters made the check itself raise OSError (a 500).
-    with pytest.raises(RLJobError, match="base_model_dir .* cannot be read: File name too long"):
+    with pytest.raises(RLJobError, match=r"base_model_dir .* cannot be read: File name too long"):
         job_create(factories.demo_benchmark(), llm_policy, f"{tmp_path}/{'x' * 300}")
     assert not RLJob.objects.exists()
 
