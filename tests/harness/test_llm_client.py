@@ -114,3 +114,21 @@ def test_a_server_without_token_ids_is_recorded_without_tokens_when_capture_is_o
     with pytest.raises(ModelCallError) as caught:
         capturing.complete(capturing.build_request([{"role": "user", "content": "hi"}], Sampling()))
     assert caught.value.kind == "token_capture_missing"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        httpx.Response(200, json={"count": 3}),  # no ids
+        httpx.Response(200, json={"tokens": ["a", "b"]}),  # not ids
+        httpx.Response(200, json=[1, 2, 3]),
+        httpx.Response(200, text="<html>welcome</html>"),
+    ],
+)
+def test_a_server_that_is_not_vllm_is_named_when_asked_to_tokenize(answer):
+    # Another OpenAI-compatible server: a KeyError 'tokens' deep in a rollout before.
+    client = client_for(lambda request: answer)
+    with pytest.raises(ModelCallError) as failed:
+        client.tokenize_chat([{"role": "user", "content": "q"}])
+    assert failed.value.kind == "model_bad_response"
+    assert "needs a vLLM server" in str(failed.value)

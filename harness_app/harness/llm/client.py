@@ -18,6 +18,14 @@ import httpx
 _OVERFLOW_MARKERS = ("maximum context length", "context length", "too long", "max_model_len")
 
 
+# Token-in rollouts and token counts ask the server's /tokenize, which vLLM has and other
+# OpenAI-compatible servers lack or answer differently.
+_NOT_VLLM = (
+    "/tokenize did not answer with token ids, as vLLM does: token capture (the batch's "
+    "capture_tokens) needs a vLLM server; turn it off for other OpenAI-compatible servers"
+)
+
+
 class ModelCallError(Exception):
     """A call that produced no usable completion. `kind` becomes the termination reason."""
 
@@ -177,7 +185,13 @@ class ChatClient:
             raise self._fail(record, started, "model_unreachable", str(exc)) from exc
         if response.status_code >= 400:
             raise self._http_error(record, response)
-        data: dict[str, Any] = response.json()
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise self._fail(record, started, "model_bad_response", _NOT_VLLM) from exc
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+            raise self._fail(record, started, "model_bad_response", _NOT_VLLM)
         return data
 
     def complete(self, request: dict[str, Any]) -> ModelCallRecord:
