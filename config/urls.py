@@ -14,3 +14,8 @@ urlpatterns = [
     path("", include("trajectories.urls")),
     path("training/", include("training.urls")),
 ]
+
+handler400 = "config.errors.bad_request"
+handler403 = "config.errors.permission_denied"
+handler404 = "config.errors.page_not_found"
+handler500 = "config.errors.server_error"
