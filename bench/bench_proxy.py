@@ -53,7 +53,13 @@ def serve_gunicorn(threads: int, upstream_url: str) -> tuple[subprocess.Popen[by
     import httpx
 
     port = free_port()
-    env = {**os.environ, "PROXY_UPSTREAM_URL": upstream_url}
+    # The per-key limits off: this measures what one key's calls cost, at full rate.
+    env = {
+        **os.environ,
+        "PROXY_UPSTREAM_URL": upstream_url,
+        "PROXY_MAX_CONCURRENT_CALLS_PER_KEY": "0",
+        "PROXY_MAX_CALLS_PER_MINUTE_PER_KEY": "0",
+    }
     server = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "gunicorn"),
