@@ -6,11 +6,25 @@ memory can each import them without importing one another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import os
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness_app.harness.budget import CONTEXT_MODES, WARNING_LEVELS
 from harness_app.harness.tools import ToolLimits
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if not value > 0:
+        raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +48,11 @@ class HarnessConfig:
     memory_snippet_chars: int = 400  # what document memory D keeps of each view
     dedup_threshold: float = 0.85
     grep_max_hits: int = 5
-    grep_time_limit_s: float = 0.25
+    # HARNESS_GREP_TIME_LIMIT_S overrides it for a run where results must not depend on
+    # the machine's load (the CLI-parity test): a deadline stop can find different hits.
+    grep_time_limit_s: float = field(
+        default_factory=lambda: _env_float("HARNESS_GREP_TIME_LIMIT_S", 0.25)
+    )
     grep_max_scan_chars: int = 20_000_000
     grep_doc_chars: int = 20_000
     grep_max_pattern_chars: int = 200
