@@ -7,15 +7,13 @@ from typing import Any
 
 from django.db.models import Count, F, Q
 
-from trajectories.models import BatchStatus, Episode, EpisodeKind, EpisodeStatus, RolloutBatch
+from trajectories.models import Episode, EpisodeKind, EpisodeStatus, RolloutBatch
 from trajectories.selectors.ablations import (
     ablation_matrices_recent,
     ablation_matrix_latest_done,
     matrix_chart,
 )
-from trajectories.selectors.batches import completed_means, rounded
-
-ACTIVE_BATCH = (BatchStatus.QUEUED, BatchStatus.RUNNING)
+from trajectories.selectors.batches import ACTIVE_BATCH, completed_means, rounded
 
 
 def batches_recent(*, limit: int = 10) -> list[RolloutBatch]:
