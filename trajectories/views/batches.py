@@ -26,13 +26,18 @@ def _batch_or_404(pk: int) -> RolloutBatch:
 
 @researcher_required
 def batch_launch(request: HttpRequest) -> HttpResponse:
-    form = BatchLaunchForm(request.POST or None)
+    # ?benchmark=<id> (the benchmark page's "Launch a batch") pre-selects that benchmark.
+    form = BatchLaunchForm(request.POST or None, initial=_launch_initial(request))
     if request.method == "POST" and form.is_valid():
         batch = _launch(request, form)
         if batch is not None:
             messages.success(request, f"Batch {batch.pk} queued: {batch.episodes_total} episodes.")
             return redirect("batch_detail", pk=batch.pk)
     return render(request, "trajectories/batch_launch.html", {"form": form})
+
+
+def _launch_initial(request: HttpRequest) -> dict[str, str]:
+    return {name: request.GET[name] for name in ("benchmark", "policy") if request.GET.get(name)}
 
 
 def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
