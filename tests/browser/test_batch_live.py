@@ -1,6 +1,7 @@
-"""A real Chromium watches a batch page while its episodes run: the progress, pace, metrics
-and groups refresh without a reload, the last refresh shows the final figures and polling
-stops; Cancel asks first."""
+"""A real Chromium watches a batch page while its episodes run (run here by the test, or by a
+live Celery worker after a launch from the form): the progress, pace, metrics and groups
+refresh without a reload, the last refresh shows the final figures and polling stops;
+Cancel asks first."""
 
 from __future__ import annotations
 
@@ -30,17 +31,17 @@ def _queued_batch(**batch: Any) -> RolloutBatch:
         )
 
 
-def _open(page: Any, base_url: str, batch: RolloutBatch) -> None:
+def _open(page: Any, base_url: str, path: str) -> None:
     user_ensure(username="rita", password=PASSWORD, role=Role.RESEARCHER)
     login(page, base_url, "rita", PASSWORD)
-    page.goto(f"{base_url}/batches/{batch.pk}/")
+    page.goto(base_url + path)
 
 
 def test_the_batch_page_follows_its_episodes_to_the_final_metrics(
     live_server: Any, page: Any
 ) -> None:
     batch = _queued_batch(query_limit=6, samples_per_query=4)
-    _open(page, live_server.url, batch)
+    _open(page, live_server.url, f"/batches/{batch.pk}/")
     live = page.locator("#batch-live")
     assert live.locator("[data-metric=n]").inner_text() == "0"
     assert page.locator("text=Cancel batch").count() == 1
@@ -78,7 +79,7 @@ def test_the_batch_page_follows_its_episodes_to_the_final_metrics(
 
 def test_cancel_asks_before_it_cancels(live_server: Any, page: Any) -> None:
     batch = _queued_batch(query_limit=2, samples_per_query=2)
-    _open(page, live_server.url, batch)
+    _open(page, live_server.url, f"/batches/{batch.pk}/")
     questions: list[str] = []
 
     def answer(dialog: Any, accept: bool) -> None:
@@ -98,4 +99,25 @@ def test_cancel_asks_before_it_cancels(live_server: Any, page: Any) -> None:
     assert batch.status == BatchStatus.CANCELLED
     assert page.locator("#batch-live[data-status=cancelled]").count() == 1
     assert "4 cancelled" in page.locator(".batch-pace").inner_text()
+    assert page.console_watcher.errors == []
+
+
+def test_a_batch_launched_from_the_form_runs_on_a_worker_while_its_page_follows(
+    live_server: Any, page: Any, live_worker: Any
+) -> None:
+    benchmark = factories.demo_benchmark()
+    factories.baseline_policy()
+    _open(page, live_server.url, f"/benchmarks/{benchmark.pk}/")
+    page.click("text=Launch a batch")
+    page.fill("#id_samples_per_query", "2")
+    page.fill("#id_query_limit", "3")
+    page.click(".form-card button[type=submit]")
+    page.wait_for_url("**/batches/*/")
+    batch = RolloutBatch.objects.get()
+    # No reload from here: the worker runs the six episodes and the page follows them.
+    page.locator("#batch-live[data-status=completed]").wait_for(timeout=90_000)
+    assert page.locator("[data-metric=n]").inner_text() == "6", live_worker.log()[-3000:]
+    assert page.locator(".batch-groups .pill.status-completed").count() == 3
+    assert page.locator("text=Cancel batch").count() == 0
+    assert page.url.endswith(f"/batches/{batch.pk}/")
     assert page.console_watcher.errors == []
