@@ -273,3 +273,12 @@ class PolicyConfig(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_deterministic(self) -> bool:
+        """True when every sample of a query is the same episode: the rule baseline, or a
+        model sampled at temperature 0 (greedy). The client's default temperature is 1."""
+        if self.kind == PolicyKind.BASELINE:
+            return True
+        temperature = (self.sampling or {}).get("temperature", 1.0)
+        return isinstance(temperature, int | float) and temperature == 0

@@ -135,6 +135,15 @@ class SavedFilterForm(forms.Form):
     query_string = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
 
 
+def _preselect_single(field: forms.Field) -> None:
+    """A choice with a single option comes chosen, without the empty "---------" line."""
+    queryset = field.queryset  # type: ignore[attr-defined]
+    only = list(queryset[:2])
+    if len(only) == 1:
+        field.initial = only[0].pk
+        field.empty_label = None  # type: ignore[attr-defined]
+
+
 class BatchLaunchForm(forms.Form):
     """Launch parameters. The bounds live in services.batch_create, which reports a bad
     value as BatchParameterError; the view shows it on the field the error names."""
@@ -195,6 +204,26 @@ class BatchLaunchForm(forms.Form):
         label="Termination reason in",
         help_text="None checked: any reason.",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.policies = list(self.fields["policy"].queryset)  # type: ignore[attr-defined]
+        for name in ("benchmark", "policy"):
+            _preselect_single(self.fields[name])
+
+    def deterministic_policy_ids(self) -> list[int]:
+        """The policies whose samples of a query all come out the same (baseline, greedy),
+        for which more than one sample per query only repeats the work."""
+        return [p.pk for p in self.policies if p.is_deterministic]
+
+    def warns_samples(self) -> bool:
+        """Whether the form, as drawn, pairs a deterministic policy with several samples;
+        static/js/batch_launch.js keeps the same warning live as the fields change."""
+        policy, samples = self["policy"].value(), self["samples_per_query"].value()
+        try:
+            return int(policy) in self.deterministic_policy_ids() and int(samples) > 1
+        except (TypeError, ValueError):
+            return False
 
     def clean(self) -> dict[str, Any]:
         """The rule is checked by teacher_rule_clean, so the form and the API agree; its

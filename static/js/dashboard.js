@@ -1,4 +1,5 @@
-// Dashboard: the three recall charts by benchmark · policy, one bar series per ablation.
+// Dashboard: the three recall charts by benchmark · policy · settings, one bar series per
+// ablation; each bar is a mean with ± one standard deviation as its error bar and its n.
 document.addEventListener("DOMContentLoaded", function () {
   "use strict";
   var H = window.HarnessCharts;
@@ -21,9 +22,13 @@ document.addEventListener("DOMContentLoaded", function () {
           name: H.safe(series.name),
           x: data.conditions.map(H.safe),
           y: series.y,
-          customdata: series.n,
+          customdata: series.n.map(function (n, j) { return [n, series.std[j]]; }),
+          error_y: { type: "data", array: series.std, visible: true },
+          text: series.n.map(function (n) { return n ? "n=" + n : ""; }),
+          textposition: "inside",
+          insidetextanchor: "start",
           marker: { color: colours[i % colours.length] },
-          hovertemplate: "%{x}<br>%{y:.3f} (n=%{customdata})",
+          hovertemplate: "%{x}<br>%{y:.3f} ± %{customdata[1]:.3f} sd (n=%{customdata[0]})",
         };
       });
       var layout = H.layout({

@@ -275,3 +275,14 @@ def test_a_zip_without_a_corpus_is_refused(researcher_client, tmp_path, data_dir
 def test_the_dashboard_links_the_benchmarks(researcher_client) -> None:
     page = researcher_client.get("/").content.decode()
     assert 'href="/benchmarks/"' in page and 'href="/benchmarks/upload/"' in page
+
+
+def test_detail_leads_to_its_episodes_and_to_a_launch(researcher_client, existing) -> None:
+    page = researcher_client.get(f"/benchmarks/{existing.pk}/").content.decode()
+    assert f'href="/batches/new/?benchmark={existing.pk}">Launch a batch</a>' in page
+    assert f'href="/episodes/?benchmark={existing.pk}">Episodes on this benchmark</a>' in page
+
+
+def test_an_annotator_sees_the_episodes_link_but_no_launch(annotator_client, existing) -> None:
+    page = annotator_client.get(f"/benchmarks/{existing.pk}/").content.decode()
+    assert "Launch a batch" not in page and f"/episodes/?benchmark={existing.pk}" in page

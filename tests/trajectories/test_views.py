@@ -188,13 +188,13 @@ def test_dashboard_shows_batches_charts_and_the_ablation_table(
     charts = json.loads(
         re.search(r'id="chart-data" type="application/json">(.*?)</script>', page).group(1)
     )
-    assert charts["conditions"] == ["demo · baseline"]
+    assert charts["conditions"] == ["demo · baseline · max_turns ≤ 40 turns · first 2 queries"]
     names = [s["name"] for s in charts["metrics"]["curated_recall"]]
     assert names == ["-dedup-evidence_graph", "full"]
     full = charts["metrics"]["final_answer_recall"][1]
     expected = [e.final_answer_recall for e in ran_batch.episodes.all()]
     assert full["n"] == [4] and full["y"][0] == pytest.approx(sum(expected) / 4, abs=1e-4)
-    assert '<td>demo · baseline · <span class="mono">full</span></td>' in page
+    assert '<td>demo · baseline · <span class="mono">full</span> <span class="muted' in page
     assert 'hx-trigger="every 2s"' not in page  # nothing running: no polling
 
 

@@ -5,16 +5,26 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Avg, Count, F, Q, QuerySet, StdDev
+from django.db.models import Avg, Count, F, Min, Q, QuerySet, StdDev
+from django.utils import timezone
 
 from harness_app.models import Qrel
-from trajectories.models import CuratedItem, Episode, EpisodeStatus, RolloutBatch, RolloutGroup
+from trajectories.models import (
+    BatchStatus,
+    CuratedItem,
+    Episode,
+    EpisodeStatus,
+    RolloutBatch,
+    RolloutGroup,
+)
 from trajectories.teacher_rule import RULE_KEYS, clause_label
 
 GROUPS_PER_PAGE = 50
+ACTIVE_BATCH = (BatchStatus.QUEUED, BatchStatus.RUNNING)  # the page refreshes itself
 AGGREGATE_FIELDS = (
     "curated_recall",
     "trajectory_recall",
@@ -94,10 +104,22 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
 
 
 def batch_metrics(*, batch: RolloutBatch) -> dict[str, Any]:
-    """Means over the batch's completed episodes and its termination reasons: two queries."""
+    """Means over the batch's completed episodes, its pace and its termination reasons: two
+    queries, so the batch page's live refresh stays as cheap as its first load."""
     done = Q(status=EpisodeStatus.COMPLETED)
     means = Episode.objects.filter(batch=batch).aggregate(
-        **completed_means(), std_reward=StdDev("reward", filter=done)
+        **completed_means(),
+        std_reward=StdDev("reward", filter=done),
+        n_failed=Count("pk", filter=Q(status=EpisodeStatus.FAILED)),
+        n_cancelled=Count("pk", filter=Q(status=EpisodeStatus.CANCELLED)),
+        n_running=Count("pk", filter=Q(status=EpisodeStatus.RUNNING)),
+        first_started=Min("started_at"),
+    )
+    pace = batch_pace(
+        batch=batch,
+        first_started=means.pop("first_started"),
+        now=timezone.now(),
+        counts={key: means.pop(f"n_{key}") for key in ("failed", "cancelled", "running")},
     )
     reasons = (
         Episode.objects.filter(batch=batch)
@@ -106,18 +128,59 @@ def batch_metrics(*, batch: RolloutBatch) -> dict[str, Any]:
         .annotate(n=Count("pk"))
         .order_by("-n")
     )
-    return {"means": rounded(means), "reasons": list(reasons)}
+    return {"means": rounded(means), "reasons": list(reasons), "pace": pace}
+
+
+def batch_pace(
+    *,
+    batch: RolloutBatch,
+    first_started: datetime | None,
+    now: datetime,
+    counts: dict[str, int],
+) -> dict[str, Any]:
+    """Episodes per minute since the first episode started (until the batch finished), and
+    while the batch is active the time left at that rate. `counts` carries the failed,
+    cancelled and running episodes, shown beside the rate."""
+    end = batch.finished_at or now
+    minutes = (end - first_started).total_seconds() / 60 if first_started else 0.0
+    finished = batch.episodes_finished
+    rate = finished / minutes if minutes > 0 and finished else None
+    remaining = batch.episodes_total - finished
+    active = batch.status in ACTIVE_BATCH
+    eta = remaining / rate * 60 if active and rate and remaining > 0 else None
+    return {
+        "rate_per_min": None if rate is None else round(rate, 1),
+        "eta": None if eta is None else duration_text(eta),
+        "remaining": remaining,
+        **counts,
+    }
+
+
+def duration_text(seconds: float) -> str:
+    """A short wall-clock estimate: "45 s", "3 min 20 s", "2 h 5 min"."""
+    whole = max(1, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{secs} s"
 
 
 def batch_groups_page(*, batch: RolloutBatch, page: int | str | None) -> Page[Any]:
-    """The batch's groups with their query and reward spread: a COUNT and one query."""
+    """The batch's groups with their query, reward spread and episode counts by state (the
+    live page shows each group pending, running or done): a COUNT and one query."""
     done = Q(episodes__status=EpisodeStatus.COMPLETED)
+    ended = Q(episodes__status__in=(EpisodeStatus.FAILED, EpisodeStatus.CANCELLED))
     groups: QuerySet[Any] = (
         RolloutGroup.objects.filter(batch=batch)
         .select_related("query")
         .defer("prefix_messages", "query__metadata")
         .annotate(
             n_completed=Count("episodes", filter=done),
+            n_failed=Count("episodes", filter=ended),
+            n_running=Count("episodes", filter=Q(episodes__status=EpisodeStatus.RUNNING)),
             mean_reward=Avg("episodes__reward", filter=done),
             std_reward=StdDev("episodes__reward", filter=done),
             mean_curated_recall=Avg("episodes__curated_recall", filter=done),

@@ -1,21 +1,21 @@
-"""Reads for the dashboard: recent batches, the means per benchmark × policy × ablation that
-its charts and ablation table show, and the latest finished ablation matrix's plot."""
+"""Reads for the dashboard: recent batches, the means per experiment (benchmark × policy ×
+ablation × conversation settings) that its charts and ablation table show, and the latest
+finished ablation matrix's plot."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, F, Q
+from django.db.models import Count, F, Q, StdDev
 
-from trajectories.models import BatchStatus, Episode, EpisodeKind, EpisodeStatus, RolloutBatch
+from harness_app.harness.reward import RewardWeights
+from trajectories.models import Episode, EpisodeKind, EpisodeStatus, RolloutBatch
 from trajectories.selectors.ablations import (
     ablation_matrices_recent,
     ablation_matrix_latest_done,
     matrix_chart,
 )
-from trajectories.selectors.batches import completed_means, rounded
-
-ACTIVE_BATCH = (BatchStatus.QUEUED, BatchStatus.RUNNING)
+from trajectories.selectors.batches import ACTIVE_BATCH, completed_means, rounded
 
 
 def batches_recent(*, limit: int = 10) -> list[RolloutBatch]:
@@ -27,11 +27,23 @@ def batches_any_active(batches: list[RolloutBatch]) -> bool:
     return any(b.status in ACTIVE_BATCH for b in batches)
 
 
+# What a batch runs under beyond its benchmark, policy and ablation: batches that differ in
+# any of these are different experiments, so the dashboard never pools their episodes.
+# (Samples per query, a teacher rule and token capture change which episodes are kept or
+# how calls are recorded, not what one episode does.)
+SETTING_FIELDS = ("termination_policy", "max_turns", "query_limit", "reward_weights")
+CHART_METRICS = ("curated_recall", "final_answer_recall", "trajectory_recall")
+
+
 def condition_rows() -> list[dict[str, Any]]:
-    """Means per benchmark × policy × ablation over completed episodes, plus failures.
+    """Means and standard deviations per experiment over completed episodes, with failed
+    and cancelled counts. An experiment is benchmark × policy × ablation × the batch's
+    conversation settings (SETTING_FIELDS), so a 40-turn max_turns batch and a 3-turn
+    last_tool batch are two rows.
 
     One GROUP BY over the episodes; the dashboard's charts and ablation table both read it.
     """
+    done = Q(status=EpisodeStatus.COMPLETED)
     rows = (
         # Recorded episodes have no benchmark, policy or ablation to compare by.
         Episode.objects.filter(kind=EpisodeKind.ROLLOUT)
@@ -39,11 +51,30 @@ def condition_rows() -> list[dict[str, Any]]:
             benchmark=F("batch__benchmark__name"),
             policy=F("batch__policy__name"),
             ablation=F("batch__ablation_label"),
+            **{name: F(f"batch__{name}") for name in SETTING_FIELDS},
         )
-        .annotate(**completed_means(), errors=Count("pk", filter=Q(status=EpisodeStatus.FAILED)))
-        .order_by("benchmark", "policy", "ablation")
+        .annotate(
+            **completed_means(),
+            **{f"std_{m}": StdDev(m, filter=done) for m in CHART_METRICS},
+            errors=Count("pk", filter=Q(status=EpisodeStatus.FAILED)),
+            cancelled=Count("pk", filter=Q(status=EpisodeStatus.CANCELLED)),
+        )
+        .order_by("benchmark", "policy", "ablation", *SETTING_FIELDS)
     )
-    return [rounded(row) for row in rows]
+    return [{**rounded(row), "settings": settings_label(row)} for row in rows]
+
+
+def settings_label(row: dict[str, Any]) -> str:
+    """The conversation settings in a few words: "max_turns ≤ 40 turns", then the query
+    limit and any reward weight that differs from the default."""
+    parts = [f"{row['termination_policy']} ≤ {row['max_turns']} turns"]
+    if row["query_limit"]:
+        parts.append(f"first {row['query_limit']} queries")
+    default = RewardWeights().to_json()
+    changed = {k: v for k, v in (row["reward_weights"] or {}).items() if default.get(k) != v}
+    if changed:
+        parts.append("reward " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+    return " · ".join(parts)
 
 
 def dashboard_data() -> dict[str, Any]:
@@ -64,29 +95,27 @@ def dashboard_data() -> dict[str, Any]:
 
 
 def dashboard_charts(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The three recall charts' data: one series per ablation over benchmark · policy."""
-    conditions = sorted({f"{r['benchmark']} · {r['policy']}" for r in rows})
+    """The three recall charts' data: one series per ablation over benchmark · policy ·
+    settings, each bar a mean with its standard deviation (the error bar) and n."""
+    conditions = sorted({_condition(r) for r in rows})
     ablations = sorted({r["ablation"] for r in rows})
-    metrics = ("curated_recall", "final_answer_recall", "trajectory_recall")
     charts: dict[str, Any] = {"conditions": conditions, "metrics": {}}
-    for metric in metrics:
+    for metric in CHART_METRICS:
         series = []
         for ablation in ablations:
-            by_condition = {
-                f"{r['benchmark']} · {r['policy']}": r
-                for r in rows
-                if r["ablation"] == ablation and r["n"]
-            }
+            by_condition = {_condition(r): r for r in rows if r["ablation"] == ablation and r["n"]}
+            found = [by_condition.get(c) for c in conditions]
             series.append(
                 {
                     "name": ablation,
-                    "y": [_mean_or_none(by_condition.get(c), metric) for c in conditions],
-                    "n": [by_condition[c]["n"] if c in by_condition else 0 for c in conditions],
+                    "y": [None if r is None else r[f"mean_{metric}"] for r in found],
+                    "std": [None if r is None else r[f"std_{metric}"] for r in found],
+                    "n": [0 if r is None else r["n"] for r in found],
                 }
             )
         charts["metrics"][metric] = series
     return charts
 
 
-def _mean_or_none(row: dict[str, Any] | None, metric: str) -> float | None:
-    return None if row is None else row[f"mean_{metric}"]
+def _condition(row: dict[str, Any]) -> str:
+    return f"{row['benchmark']} · {row['policy']} · {row['settings']}"

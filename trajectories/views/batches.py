@@ -1,6 +1,8 @@
-"""The batch pages: launch a rollout batch, follow its progress, cancel it."""
+"""The batch pages: launch a rollout batch, follow its progress live, cancel it."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
@@ -24,13 +26,18 @@ def _batch_or_404(pk: int) -> RolloutBatch:
 
 @researcher_required
 def batch_launch(request: HttpRequest) -> HttpResponse:
-    form = BatchLaunchForm(request.POST or None)
+    # ?benchmark=<id> (the benchmark page's "Launch a batch") pre-selects that benchmark.
+    form = BatchLaunchForm(request.POST or None, initial=_launch_initial(request))
     if request.method == "POST" and form.is_valid():
         batch = _launch(request, form)
         if batch is not None:
             messages.success(request, f"Batch {batch.pk} queued: {batch.episodes_total} episodes.")
             return redirect("batch_detail", pk=batch.pk)
     return render(request, "trajectories/batch_launch.html", {"form": form})
+
+
+def _launch_initial(request: HttpRequest) -> dict[str, str]:
+    return {name: request.GET[name] for name in ("benchmark", "policy") if request.GET.get(name)}
 
 
 def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
@@ -60,21 +67,28 @@ def _launch(request: HttpRequest, form: BatchLaunchForm) -> RolloutBatch | None:
 @require_GET
 def batch_detail(request: HttpRequest, pk: int) -> HttpResponse:
     batch = _batch_or_404(pk)
-    context = {
-        "batch": batch,
-        "metrics": batches.batch_metrics(batch=batch),
-        "groups": batches.batch_groups_page(batch=batch, page=request.GET.get("page")),
-        "teacher": batches.teacher_summary(batch=batch),
-    }
-    return render(request, "trajectories/batch_detail.html", context)
+    return render(request, "trajectories/batch_detail.html", _live_context(request, batch))
 
 
 @browse_required
 @require_GET
 def batch_progress(request: HttpRequest, pk: int) -> HttpResponse:
-    """The batch's progress line; htmx polls it while the batch is active."""
+    """Everything on the batch page that changes as episodes finish: progress and pace, the
+    metrics, the groups (the page asked for) and the cancel button. htmx polls it while the
+    batch is active; the answer for a finished batch carries no trigger, so that last
+    refresh shows the final figures and polling stops."""
     batch = _batch_or_404(pk)
-    return render(request, "trajectories/batch_progress.html", {"batch": batch})
+    return render(request, "trajectories/batch_live.html", _live_context(request, batch))
+
+
+def _live_context(request: HttpRequest, batch: RolloutBatch) -> dict[str, Any]:
+    return {
+        "batch": batch,
+        "live": batch.status in batches.ACTIVE_BATCH,
+        "metrics": batches.batch_metrics(batch=batch),
+        "groups": batches.batch_groups_page(batch=batch, page=request.GET.get("page")),
+        "teacher": batches.teacher_summary(batch=batch),
+    }
 
 
 @researcher_required
