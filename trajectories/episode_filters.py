@@ -27,7 +27,10 @@ CHOICE_FILTERS: dict[str, list[str]] = {
     "annotation_status": list(AnnotationStatus.values),
 }
 RANGE_FILTERS = tuple(f"{name}_{end}" for name in RANGE_FIELDS for end in ("min", "max"))
-FILTER_KEYS = (*ID_FILTERS, *TEXT_FILTERS, *CHOICE_FILTERS, *RANGE_FILTERS)
+# Chosen episodes by id (the list's row selection): "3,7,12" or a JSON list.
+ID_LIST_FILTERS = ("ids",)
+MAX_IDS = 1000
+FILTER_KEYS = (*ID_FILTERS, *ID_LIST_FILTERS, *TEXT_FILTERS, *CHOICE_FILTERS, *RANGE_FILTERS)
 
 
 class EpisodeFilterError(ValueError):
@@ -44,6 +47,16 @@ def _as_id(key: str, value: Any) -> int:
     if number is None:
         raise EpisodeFilterError(key, id_problem(value))
     return number
+
+
+def _as_ids(key: str, value: Any) -> list[int]:
+    items = value if isinstance(value, list) else str(value).split(",")
+    ids = sorted({_as_id(key, item) for item in items if str(item).strip()})
+    if not ids:
+        raise EpisodeFilterError(key, "no episode id given")
+    if len(ids) > MAX_IDS:
+        raise EpisodeFilterError(key, f"at most {MAX_IDS} ids, got {len(ids)}")
+    return ids
 
 
 def _as_float(key: str, value: Any) -> float:
@@ -79,6 +92,7 @@ def _choice(key: str) -> Callable[[str, Any], str]:
 
 _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     **dict.fromkeys(ID_FILTERS, _as_id),
+    **dict.fromkeys(ID_LIST_FILTERS, _as_ids),
     **dict.fromkeys(TEXT_FILTERS, _as_text),
     **{key: _choice(key) for key in CHOICE_FILTERS},
     **dict.fromkeys(RANGE_FILTERS, _as_float),

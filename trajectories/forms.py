@@ -37,9 +37,13 @@ SORT_LABELS = {
     "curated_recall_desc": "Curated recall, high to low",
     "curated_recall_asc": "Curated recall, low to high",
     "final_answer_recall_desc": "Final-answer recall, high to low",
+    "final_answer_recall_asc": "Final-answer recall, low to high",
     "trajectory_recall_desc": "Trajectory recall, high to low",
+    "trajectory_recall_asc": "Trajectory recall, low to high",
     "turns_desc": "Most turns",
     "turns_asc": "Fewest turns",
+    "tool_diversity_desc": "Most tools used",
+    "tool_diversity_asc": "Fewest tools used",
 }
 
 

@@ -19,6 +19,7 @@ from trajectories.models import (
     TerminationPolicy,
     Turn,
 )
+from trajectories.selectors.turns import turn_states
 from trajectories.services.annotations import MAX_OVERLAP
 
 # --- batches --------------------------------------------------------------------------------
@@ -285,6 +286,21 @@ class EpisodeDetailSerializer(EpisodeSerializer):
 
     def get_model_calls(self, episode: Episode) -> list[dict[str, Any]]:
         return list(ModelCallSerializer(self.context["calls"], many=True).data)
+
+
+def episode_trajectory_data(*, episode: Episode, context: dict[str, Any] | None = None) -> Any:
+    """The whole trajectory of an episode: turns with their harness states (curated set,
+    pool), rewards and metrics, and every model call with its token ids.
+
+    One shape for `GET /api/episodes/<id>/` and the viewer's "Download trajectory JSON".
+    """
+    detail_context = {
+        **(context or {}),
+        "states": turn_states(episode=episode),
+        "turns": list(Turn.objects.filter(episode=episode).defer("state").order_by("index")),
+        "calls": list(ModelCall.objects.filter(episode=episode).order_by("turn_index", "pk")),
+    }
+    return EpisodeDetailSerializer(episode, context=detail_context).data
 
 
 # --- annotations ----------------------------------------------------------------------------

@@ -7,11 +7,22 @@ urlpatterns = [
     # the recording proxy (trajectories/proxy_urls.py): the session key is the credential
     path("", include("trajectories.proxy_urls")),
     path("episodes/", episodes.episode_list, name="episode_list"),
+    path(
+        "episodes/download.<str:fmt>",
+        episodes.episode_list_download,
+        name="episode_list_download",
+    ),
+    path("episodes/selection/", episodes.episode_selection, name="episode_selection"),
     path("episodes/saved/", episodes.saved_filter_create, name="saved_filter_create"),
     path(
         "episodes/saved/<int:pk>/delete/", episodes.saved_filter_delete, name="saved_filter_delete"
     ),
     path("episodes/<int:pk>/", episodes.episode_detail, name="episode_detail"),
+    path(
+        "episodes/<int:pk>/trajectory.json",
+        episodes.episode_trajectory,
+        name="episode_trajectory",
+    ),
     path("episodes/<int:pk>/document/", episodes.episode_document, name="episode_document"),
     path(
         "episodes/<int:pk>/turns/<int:turn>/tokens/", episodes.episode_tokens, name="episode_tokens"

@@ -46,4 +46,57 @@ document.addEventListener("DOMContentLoaded", function () {
       }
     });
   }
+
+  // --- rows: a keyboard cursor (j/k, Enter opens, x ticks) and the selection's actions ------
+
+  var rows = Array.prototype.slice.call(document.querySelectorAll("#episode-rows tbody tr"));
+  var count = document.getElementById("selected-count");
+  var cursor = -1;
+
+  function typing(target) {
+    var tag = target && target.tagName;
+    if (tag === "INPUT") return target.type !== "checkbox";  // a ticked box keeps j/k working
+    return tag === "SELECT" || tag === "TEXTAREA" || (target && target.isContentEditable);
+  }
+
+  function moveTo(index) {
+    if (!rows.length) return;
+    if (cursor >= 0) rows[cursor].classList.remove("cursor");
+    cursor = Math.min(rows.length - 1, Math.max(0, index));
+    rows[cursor].classList.add("cursor");
+    rows[cursor].scrollIntoView({ block: "nearest" });
+  }
+
+  function selected() {
+    return document.querySelectorAll("#episode-rows input[name=ids]:checked").length;
+  }
+
+  function updateCount() {
+    if (!count) return;
+    var n = selected();
+    count.textContent = n ? n + " selected" + (n === 2 ? "" : " (compare needs two)") : "Tick rows to act on them.";
+    var compare = document.querySelector("#row-actions button[value=compare]");
+    if (compare) compare.disabled = n !== 2;
+    document.querySelectorAll("#row-actions button[value=label], #row-actions button[value=export]")
+      .forEach(function (b) { b.disabled = n === 0; });
+  }
+
+  document.addEventListener("change", function (event) {
+    if (event.target.name === "ids") updateCount();
+  });
+
+  document.addEventListener("keydown", function (event) {
+    if (!rows.length || event.altKey || event.ctrlKey || event.metaKey || typing(event.target)) return;
+    if (event.key === "j") moveTo(cursor + 1);
+    else if (event.key === "k") moveTo(cursor < 0 ? 0 : cursor - 1);
+    else if (event.key === "Enter" && cursor >= 0 && !/^(A|BUTTON)$/.test(event.target.tagName)) window.location.assign(rows[cursor].dataset.href);
+    else if (event.key === "x" && cursor >= 0) {
+      var box = rows[cursor].querySelector("input[name=ids]");
+      box.checked = !box.checked;
+      updateCount();
+    } else return;
+    event.preventDefault();
+  });
+
+  updateCount();
 });

@@ -122,6 +122,7 @@ def test_hostile_text_never_runs(live_server, page, hostile_episode, payloads):
 def test_filters_survive_a_reload_and_copy_a_link(live_server, page, ran_batch):
     _researcher(page, live_server)
     page.goto(f"{live_server.url}/episodes/")
+    page.click("#filter-panel summary")  # the filters are folded away until asked for
     page.fill("#id_q", "river")
     page.select_option("#id_status", "completed")
     page.fill("#id_curated_recall_min", "0.5")
@@ -148,7 +149,10 @@ def test_filters_survive_a_reload_and_copy_a_link(live_server, page, ran_batch):
     assert page.input_value("#id_curated_recall_min") == "0.5"
     assert page.input_value("#id_sort") == "reward_desc"
     assert page.locator("table.episodes tbody tr").count() == expected
+    summary = page.locator("#filter-panel summary").inner_text()
+    assert "Query text contains = river" in summary and "Status = Completed" in summary
 
+    page.click("#filter-panel summary")
     page.click("#copy-link")
     page.locator("#copy-status").get_by_text("copied", exact=False).or_(
         page.locator("#copy-status").get_by_text("address", exact=False)

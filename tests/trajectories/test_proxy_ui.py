@@ -68,8 +68,9 @@ def test_the_list_shows_recorded_episodes_beside_rollouts(
     assert f'href="/episodes/{rollout.pk}/">#' in page
 
     only = researcher_client.get("/episodes/?kind=recorded").content.decode()
-    assert f'href="/episodes/{session.episode_id}/">#' in only
-    assert f'href="/episodes/{rollout.pk}/">#' not in only
+    # Rows carry the list's filter to the viewer (its previous/next and the way back).
+    assert f'href="/episodes/{session.episode_id}/?from=kind%3Drecorded">#' in only
+    assert f'href="/episodes/{rollout.pk}/' not in only
     # The dashboard compares benchmark × policy × ablation: recordings have none.
     dashboard = researcher_client.get("/").content.decode()
     assert "None · None" not in dashboard

@@ -24,7 +24,7 @@ LOGIN_QUERIES = 3  # session, user, the user's groups
 
 
 def _episode_ids(page: str) -> list[int]:
-    return [int(pk) for pk in re.findall(r'href="/episodes/(\d+)/">#', page)]
+    return [int(pk) for pk in re.findall(r'href="/episodes/(\d+)/(?:\?from=[^"]*)?">#', page)]
 
 
 def _bulk_episodes(batch: RolloutBatch, count: int) -> None:

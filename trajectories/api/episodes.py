@@ -19,12 +19,12 @@ from rest_framework.response import Response
 from harness_app.api import CanBrowse
 from trajectories.api.filters import FILTER_PARAMETERS, query_filters
 from trajectories.episode_filters import episodes_matching
-from trajectories.models import Episode, ModelCall, Turn
-from trajectories.selectors.turns import turn_states
+from trajectories.models import Episode
 from trajectories.serializers import (
     EpisodeDetailSerializer,
     EpisodeSerializer,
     RewardHackingSerializer,
+    episode_trajectory_data,
 )
 from trajectories.services.annotations import reward_hacking_candidates
 
@@ -59,13 +59,9 @@ class EpisodeViewSet(viewsets.ReadOnlyModelViewSet[Episode]):
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Turns with their full harness states, and every model call with token ids."""
         episode = self.get_object()
-        context = {
-            **self.get_serializer_context(),
-            "states": turn_states(episode=episode),
-            "turns": list(Turn.objects.filter(episode=episode).defer("state").order_by("index")),
-            "calls": list(ModelCall.objects.filter(episode=episode).order_by("turn_index", "pk")),
-        }
-        return Response(EpisodeDetailSerializer(episode, context=context).data)
+        return Response(
+            episode_trajectory_data(episode=episode, context=self.get_serializer_context())
+        )
 
     @extend_schema(
         parameters=[OpenApiParameter("min_reward", OpenApiTypes.NUMBER)],

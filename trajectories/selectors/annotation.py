@@ -51,6 +51,7 @@ def filters_from(params: Mapping[str, Any]) -> QueueFilters:
 def filter_fields(raw: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(name, label, value) for the filter form's text inputs, in a stable order."""
     plain = [
+        ("ids", "Episode ids"),
         ("batch", "Batch #"),
         ("benchmark", "Benchmark #"),
         ("policy", "Policy #"),

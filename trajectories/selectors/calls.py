@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 
 from harness_app.harness.llm.reconstruct import (
     CallTokens,
@@ -39,9 +39,10 @@ class CallSummary:
     usage: dict[str, Any]
     error: str
     rerendered: bool = False  # the prompt was rebuilt from the state (rerender mode)
+    number: int = 0  # 1-based place among the episode's calls, as the pages number them
 
 
-def call_summary(call: ModelCall) -> CallSummary:
+def call_summary(call: ModelCall, *, number: int = 0) -> CallSummary:
     """The call's reply text, tool calls and figures; needs no token blob loaded."""
     choice = (call.response.get("choices") or [{}])[0] if call.response else {}
     tool_calls = (choice.get("message") or {}).get("tool_calls")
@@ -54,7 +55,21 @@ def call_summary(call: ModelCall) -> CallSummary:
         usage=call.usage,
         error=call.error,
         rerendered=call.rerendered,
+        number=number,
     )
+
+
+def call_number_annotation() -> Subquery:
+    """Each call's 1-based place among its episode's calls, by id (the order they were
+    made): the one numbering the viewer's headings, prompts and token strips share."""
+    earlier = (
+        ModelCall.objects.filter(episode_id=OuterRef("episode_id"), pk__lte=OuterRef("pk"))
+        .order_by()
+        .values("episode_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Subquery(earlier)
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,7 @@ class CallPrompt:
     """The prompt one call sent: the chat messages it was rendered from, and its size."""
 
     pk: int
+    number: int  # 1-based place among the episode's calls
     messages: list[dict[str, Any]]
     prompt_tokens: int | None  # None when the call failed before the server counted it
     token_in: bool  # sent as token ids rendered from `messages` by the server's template
@@ -78,6 +94,7 @@ def turn_prompts(*, episode: Episode, turn_index: int) -> list[CallPrompt]:
     calls = list(
         ModelCall.objects.filter(episode=episode, turn_index=turn_index)
         .defer("completion_token_ids_blob", "completion_logprobs_blob")
+        .annotate(number=call_number_annotation())
         .order_by("pk")
     )
     parts: list[tuple[int, list[dict[str, Any]]]] = []
@@ -97,6 +114,7 @@ def turn_prompts(*, episode: Episode, turn_index: int) -> list[CallPrompt]:
         out.append(
             CallPrompt(
                 pk=call.pk,
+                number=call.number,
                 messages=[_shown(m) for m in messages],
                 prompt_tokens=counted,
                 token_in="prompt" in call.request,

@@ -71,8 +71,8 @@ def episode_get(*, pk: int) -> Episode | None:
 def _call_summaries(episode: Episode) -> dict[int, list[CallSummary]]:
     calls = ModelCall.objects.filter(episode=episode).defer("request", *BLOB_FIELDS)
     out: dict[int, list[CallSummary]] = {}
-    for call in calls.order_by("turn_index", "pk"):
-        out.setdefault(call.turn_index, []).append(call_summary(call))
+    for number, call in enumerate(calls.order_by("pk"), start=1):
+        out.setdefault(call.turn_index, []).append(call_summary(call, number=number))
     return out
 
 

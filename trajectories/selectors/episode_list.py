@@ -7,11 +7,12 @@ pin the counts). The API filters through the same `episode_list_queryset`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 from django.core.paginator import Page, Paginator
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 
 from trajectories.models import Episode, SavedFilter
 
@@ -34,9 +35,28 @@ SORTS = {
     "curated_recall_desc": "-curated_recall",
     "curated_recall_asc": "curated_recall",
     "final_answer_recall_desc": "-final_answer_recall",
+    "final_answer_recall_asc": "final_answer_recall",
     "trajectory_recall_desc": "-trajectory_recall",
+    "trajectory_recall_asc": "trajectory_recall",
     "turns_desc": "-turns",
     "turns_asc": "turns",
+    "tool_diversity_desc": "-tool_diversity",
+    "tool_diversity_asc": "tool_diversity",
+}
+# The list's sortable column headers: (column, the sort a first click asks for, the other).
+SORT_COLUMNS = {
+    "episode": ("newest", "oldest"),
+    **{
+        name: (f"{name}_desc", f"{name}_asc")
+        for name in (
+            "curated_recall",
+            "final_answer_recall",
+            "trajectory_recall",
+            "reward",
+            "turns",
+            "tool_diversity",
+        )
+    },
 }
 
 
@@ -61,6 +81,8 @@ def episode_list_queryset(*, filters: Mapping[str, Any]) -> QuerySet[Episode]:
     episodes = episodes.filter(_exact_filters(filters), _range_filters(filters))
     if filters.get("q"):
         episodes = episodes.filter(query__text__icontains=filters["q"])
+    if filters.get("ids"):
+        episodes = episodes.filter(pk__in=filters["ids"])
     return episodes.order_by(*_ordering(filters.get("sort") or "newest"))
 
 
@@ -104,6 +126,53 @@ def _ordering(sort: str) -> list[Any]:
     return [ordered, "-pk"]
 
 
+# The downloads' columns: (name in the file, the Episode lookup).
+DOWNLOAD_COLUMNS = (
+    ("id", "pk"),
+    ("kind", "kind"),
+    ("batch", "batch_id"),
+    ("benchmark", "batch__benchmark__name"),
+    ("policy", "batch__policy__name"),
+    ("ablation", "batch__ablation_label"),
+    ("query", "query__external_id"),
+    ("question", "query__text"),
+    ("sample_index", "sample_index"),
+    ("status", "status"),
+    ("termination_reason", "termination_reason"),
+    *((name, name) for name in RANGE_FIELDS),
+    ("annotation_status", "annotation_status"),
+    ("policy_version", "policy_version"),
+    ("started_at", "started_at"),
+    ("finished_at", "finished_at"),
+)
+
+
+def episode_list_rows(*, filters: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every episode the filters match, in the list's order, as plain rows for downloads.
+
+    Read in chunks through a server-side cursor, so a download of 100,000 rows streams
+    without holding them all.
+    """
+    names = [name for name, _ in DOWNLOAD_COLUMNS]
+    lookups = [lookup for _, lookup in DOWNLOAD_COLUMNS]
+    rows = episode_list_queryset(filters=filters).values_list(*lookups)
+    for row in rows.iterator(chunk_size=2000):
+        yield dict(zip(names, row, strict=True))
+
+
+def sort_headers(*, sort: str) -> dict[str, dict[str, str]]:
+    """Per sortable column: the sort its header link asks for and its `aria-sort` state.
+
+    A header sorts its column descending first (highest reward, newest); clicking it again
+    turns the order round.
+    """
+    headers = {}
+    for column, (first, other) in SORT_COLUMNS.items():
+        state = {first: "descending", other: "ascending"}.get(sort, "none")
+        headers[column] = {"sort": other if sort == first else first, "state": state}
+    return headers
+
+
 def episode_list_page(*, filters: Mapping[str, Any], page: int | str | None) -> Page[Episode]:
     """One page of the filtered list in three queries: a COUNT, the page's ids, its rows.
 
@@ -118,6 +187,78 @@ def episode_list_page(*, filters: Mapping[str, Any], page: int | str | None) -> 
     page_of_rows = cast("Page[Episode]", page_of_ids)
     page_of_rows.object_list = [rows[pk] for pk in ids]
     return page_of_rows
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """Where an episode stands in a filtered, sorted list, and the episodes either side."""
+
+    previous: int | None
+    next: int | None
+    position: int  # 1-based; 0 when the episode does not match the filters
+    count: int
+
+    @property
+    def page(self) -> int:
+        return max(1, (self.position - 1) // EPISODES_PER_PAGE + 1)
+
+
+def episode_neighbours(*, filters: Mapping[str, Any], episode: Episode) -> Neighbours:
+    """The previous and next episode in the list's order, in four small queries.
+
+    Keyset comparisons on the sort column and the id (the list's tie-break) rather than the
+    whole list of ids, so a filter matching 100,000 episodes costs the same as one of ten.
+    Unfinished episodes (null metrics) sort last either way, as in the list.
+    """
+    matching = episode_list_queryset(filters=filters).select_related(None).order_by().only("pk")
+    ordering = _ordering(filters.get("sort") or "newest")
+    before, after = _before_after(SORTS.get(filters.get("sort") or "newest", "-pk"), episode)
+    previous = matching.filter(before).order_by(*_reversed(ordering)).first()
+    following = matching.filter(after).order_by(*ordering).first()
+    counts = matching.aggregate(
+        count=Count("pk"),
+        before=Count("pk", filter=before),
+        inside=Count("pk", filter=Q(pk=episode.pk)),
+    )
+    return Neighbours(
+        previous=previous.pk if previous else None,
+        next=following.pk if following else None,
+        position=counts["before"] + 1 if counts["inside"] else 0,
+        count=counts["count"],
+    )
+
+
+def _before_after(key: str, episode: Episode) -> tuple[Q, Q]:
+    """The rows sorted before and after `episode` by `key` (a SORTS value), ties by -pk."""
+    name, descending = key.lstrip("-"), key.startswith("-")
+    if name == "pk":
+        higher, lower = Q(pk__gt=episode.pk), Q(pk__lt=episode.pk)
+        return (higher, lower) if descending else (lower, higher)
+    value = getattr(episode, name)
+    if value is None:
+        # Among the unfinished (last), ties run by descending id.
+        null_after = Q(**{f"{name}__isnull": True}, pk__lt=episode.pk)
+        null_before = Q(**{f"{name}__isnull": True}, pk__gt=episode.pk)
+        return Q(**{f"{name}__isnull": False}) | null_before, null_after
+    past = f"{name}__lt" if descending else f"{name}__gt"
+    ahead = f"{name}__gt" if descending else f"{name}__lt"
+    tie = Q(**{name: value})
+    before = Q(**{ahead: value}) | (tie & Q(pk__gt=episode.pk))
+    after = Q(**{past: value}) | (tie & Q(pk__lt=episode.pk)) | Q(**{f"{name}__isnull": True})
+    return before, after
+
+
+def _reversed(ordering: list[Any]) -> list[Any]:
+    """The list's ordering turned round, so `.first()` is the row just before."""
+    turned: list[Any] = []
+    for term in ordering:
+        if isinstance(term, str):
+            turned.append(term[1:] if term.startswith("-") else f"-{term}")
+        elif term.descending:
+            turned.append(term.expression.asc(nulls_first=True))
+        else:
+            turned.append(term.expression.desc(nulls_first=True))
+    return turned
 
 
 def saved_filters_of(*, user: Any) -> list[SavedFilter]:

@@ -1,17 +1,22 @@
 """Token strips of an episode's model calls: ids, logprobs and the loss mask, per turn.
 
-There is no tokenizer here, so a token shows its id, or its text where the server returned
-it with the logprobs. The loss mask is the one training sees: calls are merged into chains
-by prefix (`reconstruct_prefix_merged`), so a call's new prompt tokens (tool results,
-template markup) are masked and only its sampled tokens are trained on.
+Each token shows its text: decoded by the tokenizer of the weights on this machine when
+there is one (`token_decoder`), else the text the server returned with the logprobs, else
+its id, with a note saying why. The loss mask is the one training sees: calls are merged
+into chains by prefix (`reconstruct_prefix_merged`), so a call's new prompt tokens (tool
+results, template markup) are masked and only its sampled tokens are trained on.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+from django.conf import settings
 
 from harness_app.harness.llm.reconstruct import (
     Segment,
@@ -57,6 +62,7 @@ class Token:
 @dataclass(frozen=True)
 class TokenStrip:
     call_id: int
+    number: int  # 1-based place among the episode's calls, as the viewer's headings say
     chain: int  # which reconstructed training sequence the call belongs to
     break_reason: str  # why the call started a new chain; "" when it extended one
     masked_before: int  # masked tokens between the previous completion and this one
@@ -71,13 +77,25 @@ class TokenStrip:
         return self.masked_before - len(self.masked_tail)
 
 
-def token_strips(*, episode: Episode, turn_index: int) -> list[TokenStrip]:
+@dataclass(frozen=True)
+class TokenDecoder:
+    """Token ids to text, one string per id; `decode` is None when no tokenizer is here."""
+
+    decode: Callable[[Sequence[int]], list[str]] | None
+    note: str  # which tokenizer decoded the ids, or why none did
+
+
+def token_strips(
+    *, episode: Episode, turn_index: int, decoder: TokenDecoder | None = None
+) -> list[TokenStrip]:
     """The turn's model calls as token strips, masked and sampled, by prefix merging.
 
-    Reads every successful call of the episode (one query): the loss mask of a turn's call
-    depends on the chain built from the calls before it.
+    Reads every call of the episode (one query): the loss mask of a turn's call depends on
+    the chain built from the successful calls before it, and a call's number on all of them.
     """
-    calls = list(ModelCall.objects.filter(episode=episode, error="").order_by("pk"))
+    every = list(ModelCall.objects.filter(episode=episode).order_by("pk"))
+    numbers = {c.pk: number for number, c in enumerate(every, start=1)}
+    calls = [c for c in every if not c.error]
     # A recorded session may hold a main agent and subagents: chains are merged per agent.
     reconstruct = reconstruct_by_agent if episode.is_recorded else reconstruct_prefix_merged
     chains, breaks = reconstruct(c.call_tokens() for c in calls)
@@ -88,10 +106,73 @@ def token_strips(*, episode: Episode, turn_index: int) -> list[TokenStrip]:
         for call_id, start, prompt_end, end in _call_spans(chain, by_id):
             call = by_id[call_id]
             if call.turn_index == turn_index:
-                strips.append(
-                    _strip(call, chain, number, reasons.get(call_id, ""), start, prompt_end, end)
+                strip = _strip(
+                    call, chain, number, reasons.get(call_id, ""), start, prompt_end, end
                 )
-    return strips
+                strips.append(replace(strip, number=numbers[call_id]))
+    if decoder is None or decoder.decode is None:
+        return strips
+    return [_decoded(s, decoder.decode) for s in strips]
+
+
+def _decoded(strip: TokenStrip, decode: Callable[[Sequence[int]], list[str]]) -> TokenStrip:
+    """The strip with every token's text; text the server returned with a sampled token's
+    logprob is kept, as it is what the server itself decoded."""
+    tokens = [*strip.masked_tail, *strip.sampled]
+    texts = decode([t.token_id for t in tokens])
+    shown = [
+        t if t.text is not None else replace(t, text=text)
+        for t, text in zip(tokens, texts, strict=True)
+    ]
+    cut = len(strip.masked_tail)
+    return replace(strip, masked_tail=shown[:cut], sampled=shown[cut:])
+
+
+def token_decoder(*, model_dir: str | None = None) -> TokenDecoder:
+    """The tokenizer of the model folder on this machine (`RL_BASE_MODEL_DIR`, the weights
+    `make llm` serves and the trainers load), loaded once per process and folder.
+
+    Policy configs name a served model rather than a folder, so this is the one tokenizer
+    the workbench knows; it is read from local files only, never the network.
+    """
+    folder = Path(model_dir or settings.RL_BASE_MODEL_DIR)
+    if (
+        not (folder / "tokenizer.json").is_file()
+        and not (folder / "tokenizer_config.json").is_file()
+    ):
+        return TokenDecoder(
+            None,
+            f"Token ids are shown as numbers: no tokenizer at {folder} (RL_BASE_MODEL_DIR; "
+            "`make llm` writes one there).",
+        )
+    return _load_decoder(str(folder.resolve()))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_decoder(folder: str) -> TokenDecoder:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return TokenDecoder(
+            None,
+            "Token ids are shown as numbers: the transformers package (the 'train' extra) "
+            "is not installed in the web process.",
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        return TokenDecoder(None, f"Token ids are shown as numbers: {folder}: {exc}")
+    size = len(tokenizer)
+
+    def decode(ids: Sequence[int]) -> list[str]:
+        return [
+            str(tokenizer.decode([i], clean_up_tokenization_spaces=False))
+            if 0 <= i < size
+            else f"<{i}>"
+            for i in ids
+        ]
+
+    return TokenDecoder(decode, f"Token text decoded with the tokenizer in {folder}.")
 
 
 def _call_spans(
@@ -134,6 +215,7 @@ def _strip(
     ]
     return TokenStrip(
         call_id=call.pk,
+        number=0,
         chain=number,
         break_reason=reason,
         masked_before=prompt_end - start,

@@ -7,9 +7,17 @@ autoescaping or `json_script`; the page scripts only ever set textContent.
 
 from __future__ import annotations
 
+import csv
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Model
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -30,7 +38,15 @@ from trajectories.selectors.episode import (
     episode_get,
     episode_view,
 )
-from trajectories.selectors.episode_list import episode_list_page, saved_filters_of
+from trajectories.selectors.episode_list import (
+    DOWNLOAD_COLUMNS,
+    episode_list_page,
+    episode_list_rows,
+    episode_neighbours,
+    saved_filters_of,
+    sort_headers,
+)
+from trajectories.serializers import episode_trajectory_data
 from trajectories.services import saved_filters
 
 # --- episodes -------------------------------------------------------------------------------
@@ -41,14 +57,105 @@ from trajectories.services import saved_filters
 def episode_list(request: HttpRequest) -> HttpResponse:
     form = EpisodeFilterForm(request.GET)
     filters = form.filters()
+    active = _active_filters(form, filters)
     context = {
         "form": form,
         "page": episode_list_page(filters=filters, page=request.GET.get("page")),
-        "filtered": any(v not in (None, "") for k, v in filters.items() if k != "sort"),
+        "filtered": bool(active),
+        "active_filters": active,
+        "headers": sort_headers(sort=filters.get("sort") or "newest"),
+        # The viewer's previous/next and breadcrumb walk this same list.
+        "list_query": form.query_string(),
+        "from_param": urlencode({"from": form.query_string()}) if form.query_string() else "",
         "saved": saved_filters_of(user=request.user),
         "save_form": SavedFilterForm(initial={"query_string": form.query_string()}),
     }
     return render(request, "trajectories/episode_list.html", context)
+
+
+def _active_filters(form: EpisodeFilterForm, filters: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value as shown) of each filter in use: the collapsed panel's one-line summary."""
+    active = []
+    for name, value in filters.items():
+        if value in (None, "") or name == "sort":
+            continue
+        if isinstance(value, Model):
+            shown = str(value)
+        else:
+            shown = dict(getattr(form.fields[name], "choices", ())).get(value, value)
+        active.append((str(form[name].label), str(shown)))
+    return active
+
+
+# role_required's types name HttpResponse; the stream it returns passes through untouched.
+@browse_required  # type: ignore[arg-type]
+@require_GET
+def episode_list_download(request: HttpRequest, fmt: str) -> StreamingHttpResponse:
+    """Every episode of the filtered list (not only the page), streamed as CSV or JSON lines.
+
+    JSON comes as one array, written row by row, so the file opens in any JSON reader.
+    """
+    if fmt not in ("csv", "json"):
+        raise Http404("download as episodes.csv or episodes.json")
+    rows = episode_list_rows(filters=EpisodeFilterForm(request.GET).filters())
+    if fmt == "csv":
+        body: Iterator[str] = _csv_lines(rows)
+        content_type = "text/csv"
+    else:
+        body = _json_array(rows)
+        content_type = "application/json"
+    response = StreamingHttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="episodes.{fmt}"'
+    return response
+
+
+class _Line:
+    """A file-like sink for csv.writer that hands each written line back."""
+
+    def write(self, text: str) -> str:
+        return text
+
+
+def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    writer = csv.writer(_Line())
+    yield writer.writerow([name for name, _ in DOWNLOAD_COLUMNS])
+    for row in rows:
+        yield writer.writerow(["" if v is None else v for v in row.values()])
+
+
+def _json_array(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    yield "["
+    for number, row in enumerate(rows):
+        yield ("," if number else "") + "\n" + json.dumps(row, cls=DjangoJSONEncoder)
+    yield "\n]\n"
+
+
+@browse_required
+@require_GET
+def episode_selection(request: HttpRequest) -> HttpResponse:
+    """The list's row selection acted on: compare two, label them in bulk, or export them.
+
+    The rows' checkboxes submit here, so the actions work without scripts as well.
+    """
+    ids = [int(v) for v in request.GET.getlist("ids") if v.isdigit()]
+    action = request.GET.get("action", "")
+    back = f"{reverse('episode_list')}?{request.GET.get('from', '')}"
+    if not ids:
+        messages.error(request, "Select episodes first: tick the boxes of their rows.")
+        return redirect(back)
+    joined = ",".join(map(str, ids))
+    if action == "compare":
+        if len(ids) != 2:
+            messages.error(request, f"Compare needs exactly two episodes; {len(ids)} selected.")
+            return redirect(back)
+        return redirect(f"{reverse('compare')}?{urlencode({'a': ids[0], 'b': ids[1]})}")
+    if action == "label":
+        return redirect(f"{reverse('annotate_bulk')}?{urlencode({'ids': joined})}")
+    if action == "export":
+        # The SFT export form (training's pages) reads the chosen episodes from `episodes`.
+        return redirect(f"/exports/new/?{urlencode({'episodes': joined})}")
+    messages.error(request, "Choose an action: compare, label or export.")
+    return redirect(back)
 
 
 @browse_required
@@ -94,8 +201,47 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         context = {"view": recorded, "episode": episode, "sft_exports": sft_exports}
         return render(request, "trajectories/recording_detail.html", context)
     view = episode_view(episode=episode)
-    context = {"view": view, "episode": episode, "sft_exports": sft_exports}
+    context = {
+        "view": view,
+        "episode": episode,
+        "sft_exports": sft_exports,
+        **_list_navigation(request, episode),
+    }
     return render(request, "trajectories/episode_detail.html", context)
+
+
+def _list_navigation(request: HttpRequest, episode: Episode) -> dict[str, Any]:
+    """Previous/next episode and the way back, within the list the viewer was opened from.
+
+    `from` holds the list's query string (filters and sort); without it, the whole list,
+    newest first.
+    """
+    form = EpisodeFilterForm(QueryDict(request.GET.get("from", "")))
+    list_query = form.query_string()
+    neighbours = episode_neighbours(filters=form.filters(), episode=episode)
+    back = QueryDict(list_query, mutable=True)
+    if neighbours.page > 1:
+        back["page"] = str(neighbours.page)
+    suffix = f"?{urlencode({'from': list_query})}" if list_query else ""
+    return {
+        "neighbours": neighbours,
+        "list_url": f"{reverse('episode_list')}?{back.urlencode()}".rstrip("?"),
+        "list_filtered": any(k != "sort" for k in QueryDict(list_query)),
+        "from_suffix": suffix,
+    }
+
+
+@browse_required
+@require_GET
+def episode_trajectory(request: HttpRequest, pk: int) -> HttpResponse:
+    """The episode's whole trajectory as a JSON file: the API's episode document."""
+    episode = _episode_or_404(pk)
+    data = episode_trajectory_data(episode=episode)
+    response = HttpResponse(
+        json.dumps(data, cls=DjangoJSONEncoder, indent=1), content_type="application/json"
+    )
+    response["Content-Disposition"] = f'attachment; filename="episode-{pk}-trajectory.json"'
+    return response
 
 
 @browse_required
@@ -103,8 +249,9 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def episode_tokens(request: HttpRequest, pk: int, turn: int) -> HttpResponse:
     """One turn's token strips; the viewer loads it when the turn is first shown."""
     episode = _episode_or_404(pk)
-    strips = tokens.token_strips(episode=episode, turn_index=turn)
-    context = {"episode": episode, "turn": turn, "strips": strips}
+    decoder = tokens.token_decoder()
+    strips = tokens.token_strips(episode=episode, turn_index=turn, decoder=decoder)
+    context = {"episode": episode, "turn": turn, "strips": strips, "decoder_note": decoder.note}
     return render(request, _fragment_or_page(request, "token_strips"), context)
 
 
