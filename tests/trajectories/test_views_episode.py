@@ -194,10 +194,11 @@ def test_viewer_costs_the_same_queries_for_any_episode(
 ) -> None:
     # episode, qrels, turns with their per-turn parts, the final state (latest snapshot,
     # then rows), model calls, the query's other runs, and the SFT exports holding it
-    # (provenance, one query added by the annotator pages)
+    # (provenance, one query added by the annotator pages), and its judgements with their
+    # annotators (the Annotations card, one query)
     for each in ran_batch.episodes.all():
         new_model_call(each, turn_index=1)
-        with django_assert_num_queries(LOGIN_QUERIES + 8):
+        with django_assert_num_queries(LOGIN_QUERIES + 9):
             response = researcher_client.get(f"/episodes/{each.pk}/")
         assert response.status_code == 200
 
