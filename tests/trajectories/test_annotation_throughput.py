@@ -283,3 +283,13 @@ def test_reward_vs_judgement_shows_the_reason_and_the_note(people, episodes):
     assert "reward_hacking" in text and "stuffed-ANSWER" in text and "— ann" in text
     blind = _client(people["bob"]).get("/annotate/reward-hacking/?min_reward=0.5")
     assert "stuffed-ANSWER" not in blind.content.decode()
+
+
+def test_a_bulk_rejection_without_a_reason_is_refused_at_preview(people, episodes):
+    client = _client(people["rita"])
+    params = {"batch": str(episodes[0].batch_id), "label": "reject", "preview": "1"}
+    response = client.get("/annotate/bulk/", params)
+    assert response.context["preview_error"] == "A rejection needs a reason: choose one."
+    assert "preview" not in response.context
+    response = client.get("/annotate/bulk/", params | {"reason": "format"})
+    assert response.context["preview"] == len(episodes)

@@ -109,7 +109,8 @@ def _snapshot(annotation: Annotation | None) -> dict[str, str] | None:
 # --- labelling ----------------------------------------------------------------------------
 
 
-def _check_label(label: str, reason: str) -> None:
+def label_check(*, label: str, reason: str) -> None:
+    """Refuse a label the rules do not allow; the pages check a bulk preview with it too."""
     if label not in AnnotationLabel.values:
         raise AnnotationError(
             f"label {label!r} is not one of {', '.join(AnnotationLabel.values)}", field="label"
@@ -129,7 +130,7 @@ def annotation_label(
     *, annotator: Any, episode: Episode, label: str, reason: str = "", notes: str = ""
 ) -> Annotation:
     """Record (or change) this annotator's label on the episode and release their lock."""
-    _check_label(label, reason)
+    label_check(label=label, reason=reason)
     # The row lock serialises concurrent labels of one episode, so the status is right.
     episode = Episode.objects.select_for_update().get(pk=episode.pk)
     if episode.status not in FINISHED_EPISODE:
@@ -336,7 +337,7 @@ def annotation_bulk_apply(
 
     Each episode's previous label by `actor` is kept in its event, for the undo.
     """
-    _check_label(label, reason)
+    label_check(label=label, reason=reason)
     ids = list(_bulk_targets(filters).values_list("pk", flat=True))
     action = AnnotationBulkAction.objects.create(
         actor=actor, filters=dict(filters), label=label, reason=reason, episodes=len(ids)

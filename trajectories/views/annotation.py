@@ -38,6 +38,7 @@ from trajectories.services.annotations import (
     annotation_skip,
     annotation_undo,
     annotation_undoable,
+    label_check,
     reward_hacking_candidates,
 )
 
@@ -232,7 +233,12 @@ def annotate_bulk(request: HttpRequest) -> HttpResponse:
         elif label not in AnnotationLabel.values:
             context["preview_error"] = "Choose a label."
         else:
-            context["preview"] = annotation_bulk_preview(filters=filters.cleaned)
+            try:  # refused before the count, not only when applied
+                label_check(label=label, reason=request.GET.get("reason", ""))
+            except AnnotationError as exc:
+                context["preview_error"] = f"{str(exc).capitalize()}."
+            else:
+                context["preview"] = annotation_bulk_preview(filters=filters.cleaned)
     return render(request, "trajectories/annotate_bulk.html", context)
 
 
