@@ -1,5 +1,5 @@
-"""Forms of the researcher pages: the episode list's filters and the batch and ablation-matrix
-launch forms."""
+"""Forms of the researcher pages: the episode list's filters, the batch and ablation-matrix
+launch forms, and the annotation queue's decision."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import (
     ENDED_REASONS,
     TERMINATION_REASONS,
+    AnnotationLabel,
     AnnotationStatus,
     EpisodeKind,
     EpisodeStatus,
@@ -132,6 +133,16 @@ class EpisodeFilterForm(forms.Form):
                 continue
             pairs.append((name, value.pk if isinstance(value, Model) else value))
         return urlencode(pairs)
+
+
+class AnnotationLabelForm(forms.Form):
+    """One decision in the annotation queue. Its rules (a rejection needs a reason) live in
+    services.annotations, so the page and the API refuse the same things; the view puts a
+    refused decision's error on the field the service names."""
+
+    label = forms.ChoiceField(choices=AnnotationLabel.choices)
+    reason = forms.CharField(required=False, max_length=200)
+    notes = forms.CharField(required=False, widget=forms.Textarea)
 
 
 class SavedFilterForm(forms.Form):

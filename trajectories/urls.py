@@ -53,6 +53,8 @@ urlpatterns = [
     path("annotate/", annotation.annotate_queue, name="annotate_queue"),
     path("annotate/episodes/<int:pk>/", annotation.annotate_review, name="annotate_review"),
     path("annotate/episodes/<int:pk>/label/", annotation.annotate_label, name="annotate_label"),
+    path("annotate/episodes/<int:pk>/skip/", annotation.annotate_skip, name="annotate_skip"),
+    path("annotate/episodes/<int:pk>/undo/", annotation.annotate_undo, name="annotate_undo"),
     path("annotate/bulk/", annotation.annotate_bulk, name="annotate_bulk"),
     path("annotate/bulk/apply/", annotation.annotate_bulk_apply, name="annotate_bulk_apply"),
     path(

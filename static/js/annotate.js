@@ -1,6 +1,7 @@
-// The annotation queue's keys: a / r / f label (submit the form with that label), j / k go
-// to the next / previous item (the links the page names; k falls back to history.back()),
-// ? toggles the help, Esc closes it. Ignored while typing in a field or with a modifier.
+// The annotation queue's keys: a / r / f label (submit the form with that label), s skips,
+// j / k go to the next / previous item (the links the page names; k falls back to
+// history.back()), ? toggles the help, Esc closes it. Ignored while typing in a field or
+// with a modifier.
 (function () {
   "use strict";
   const root = document.getElementById("annotate");
@@ -21,9 +22,10 @@
   let submitted = false; // one submission per page: a held key must not label twice
 
   function label(value) {
-    const button = document.querySelector(
-      '#label-form button[name="label"][value="' + value + '"]'
-    );
+    press(document.querySelector('#label-form button[name="label"][value="' + value + '"]'));
+  }
+
+  function press(button) {
     if (!button || submitted) return;
     submitted = true;
     if (button.form.requestSubmit) button.form.requestSubmit(button);
@@ -43,6 +45,8 @@
       return; // with the help open, only ? and Esc act
     } else if (LABEL_KEYS[key]) {
       label(LABEL_KEYS[key]);
+    } else if (key === "s") {
+      press(document.getElementById("skip-button"));
     } else if (key === "j") {
       if (root.dataset.nextUrl) window.location.assign(root.dataset.nextUrl);
       else return;

@@ -45,7 +45,7 @@ def test_annotators_list_only_their_own_labels(annotator_api, researcher_api, ra
     other = factories.client_for(factories.user("otto", "annotator"))
     first, second = ran.episodes.order_by("pk")[:2]
     annotator_api.post("/api/annotations/", {"episode": first.pk, "label": "approve"})
-    other.post("/api/annotations/", {"episode": second.pk, "label": "reject"})
+    other.post("/api/annotations/", {"episode": second.pk, "label": "reject", "reason": "format"})
     mine = annotator_api.get("/api/annotations/").json()["results"]
     assert [(a["episode"], a["annotator"]) for a in mine] == [(first.pk, "anna")]
     assert researcher_api.get("/api/annotations/").json()["count"] == 2
@@ -110,7 +110,8 @@ def test_agreement_reports_kappas(researcher_api, researcher, ran):
     episodes = list(ran.episodes.order_by("pk"))
     for client, name in ((other, "otto"), (third, "tess")):
         for episode, label in zip(episodes, labels[name], strict=True):
-            client.post("/api/annotations/", {"episode": episode.pk, "label": label})
+            body = {"episode": episode.pk, "label": label, "reason": "other"}
+            client.post("/api/annotations/", body)
     data = researcher_api.get("/api/annotations/agreement/", {"batch": ran.pk}).json()
     (pair,) = data["cohen"]
     # po = 2/3; otto 2 approve 1 reject, tess 1 and 2: pe = (2·1 + 1·2)/9 = 4/9.
@@ -128,3 +129,19 @@ def test_annotation_list_query_count_does_not_grow(researcher_api, ran, django_a
             client.post("/api/annotations/", {"episode": episode.pk, "label": "approve"})
     with django_assert_num_queries(4):
         assert researcher_api.get("/api/annotations/").json()["count"] == 10
+
+
+def test_a_rejection_without_a_reason_is_refused(annotator_api, researcher_api, ran):
+    episode = ran.episodes.first()
+    response = annotator_api.post(
+        "/api/annotations/", {"episode": episode.pk, "label": "reject"}, format="json"
+    )
+    assert response.status_code == 400
+    assert "a rejection needs a reason" in response.json()["reason"][0]
+    assert not Annotation.objects.exists()
+    body = {"episode": episode.pk, "label": "reject", "reason": "wrong_evidence"}
+    assert annotator_api.post("/api/annotations/", body, format="json").status_code == 201
+    bulk = {"filters": {"batch": ran.pk}, "label": "reject", "reason": " "}
+    response = researcher_api.post("/api/annotations/bulk/", bulk, format="json")
+    assert response.status_code == 400 and "needs a reason" in response.json()["reason"][0]
+    assert not AnnotationBulkAction.objects.exists()

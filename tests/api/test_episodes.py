@@ -24,7 +24,7 @@ def _ids(response) -> list[int]:
 def test_list_filters_like_the_page(annotator_api, ran, researcher):
     extra = factories.synthetic_episodes(ran, 4, reward=0.1, status="failed")
     finished = list(ran.episodes.exclude(pk__in=[e.pk for e in extra]))
-    annotation_label(annotator=researcher, episode=extra[0], label="reject")
+    annotation_label(annotator=researcher, episode=extra[0], label="reject", reason="format")
     url = "/api/episodes/"
     assert len(_ids(annotator_api.get(url, {"batch": ran.pk}))) == 6
     assert _ids(annotator_api.get(url, {"status": "failed"})) == [e.pk for e in reversed(extra)]
@@ -103,7 +103,7 @@ def test_unknown_episode_is_404(annotator_api, db):
 
 def test_reward_hacking_list_is_researcher_readable(researcher_api, ran, researcher):
     episode = ran.episodes.first()
-    annotation_label(annotator=researcher, episode=episode, label="reject")
+    annotation_label(annotator=researcher, episode=episode, label="reject", reason="format")
     data = researcher_api.get("/api/episodes/reward-hacking/", {"min_reward": -1}).json()
     assert [row["id"] for row in data] == [episode.pk]
     bad = researcher_api.get("/api/episodes/reward-hacking/", {"min_reward": "lots"})

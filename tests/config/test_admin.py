@@ -58,7 +58,9 @@ def staff(client):
 
 def test_staff_browse_episodes_and_the_audit_trail(client, staff, batch) -> None:
     finished = factories.synthetic_episodes(batch, 1, termination_reason="format_errors")[0]
-    annotation_label(annotator=staff, episode=finished, label=AnnotationLabel.REJECT)
+    annotation_label(
+        annotator=staff, episode=finished, label=AnnotationLabel.REJECT, reason="format"
+    )
 
     index = client.get("/admin/").content.decode()
     assert all(name in index for name in ("Episodes", "Model calls", "Annotation events", "Qrels"))

@@ -69,7 +69,7 @@ def test_baseline_episode_becomes_an_openai_chat_with_tool_calls_and_results(app
 
 def test_only_approved_episodes_unless_the_filters_say_otherwise(approved_batch, researcher):
     first, second = Episode.objects.filter(batch=approved_batch).order_by("pk")
-    annotation_label(annotator=researcher, episode=second, label="reject")
+    annotation_label(annotator=researcher, episode=second, label="reject", reason="format")
     assert _export().episodes == 1
     assert _export(filters={"annotation_status": "rejected"}).episodes == 1
     assert SFTExportEpisode.objects.filter(episode=first).count() == 1  # provenance
@@ -96,6 +96,7 @@ def test_a_finished_export_is_never_rewritten(approved_batch, researcher):
         annotator=researcher,
         episode=Episode.objects.filter(batch=approved_batch).first(),
         label="reject",
+        reason="wrong_evidence",
     )
     again = sft_export_run(export_id=export.pk)
     assert again.manifest == export.manifest

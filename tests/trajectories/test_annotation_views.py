@@ -97,7 +97,12 @@ def test_filter_in_get_params_limits_the_queue_and_is_shown(ran_batch) -> None:
     # The label form carries the filter on, so the next item is under it too.
     response = client.post(
         f"/annotate/episodes/{episode.pk}/label/",
-        {"label": "reject", "query": str(target.query_id), "batch": str(ran_batch.pk)},
+        {
+            "label": "reject",
+            "reason": "incomplete",
+            "query": str(target.query_id),
+            "batch": str(ran_batch.pk),
+        },
     )
     assert response["Location"] == f"/annotate/?batch={ran_batch.pk}&query={target.query_id}"
 
@@ -159,7 +164,9 @@ def test_bad_label_is_an_error_message_not_a_crash(ran_batch) -> None:
 def test_review_shows_own_label_and_links_previous_and_next(ran_batch) -> None:
     client, _ = _client("ann", Role.ANNOTATOR)
     a = _current(client.get("/annotate/"))
-    client.post(f"/annotate/episodes/{a.pk}/label/", {"label": "reject", "notes": "mine"})
+    client.post(
+        f"/annotate/episodes/{a.pk}/label/", {"label": "reject", "reason": "other", "notes": "mine"}
+    )
     b = _current(client.get("/annotate/"))
     client.post(f"/annotate/episodes/{b.pk}/label/", {"label": "approve"})
     queue = client.get("/annotate/")
@@ -190,12 +197,13 @@ def test_queue_page_query_counts_are_pinned(ran_batch, django_assert_num_queries
     # Taking a new item: savepoint, the held lock, stale locks deleted, candidates, the
     # episode row lock, expired locks, savepoint + lock insert + release, lock event,
     # the episode, savepoint release; then the item (episode, qrels, curated set, own
-    # label) and the last label for `k`.
-    with django_assert_num_queries(LOGIN_QUERIES + 17):
+    # label), the counts, the undoable decision, the last label for `k`, and the
+    # benchmark and policy dropdowns.
+    with django_assert_num_queries(LOGIN_QUERIES + 21):
         response = client.get("/annotate/")
     assert response.context["item"] is not None
     # The same item again, held: savepoint, the held lock, savepoint release, then the same.
-    with django_assert_num_queries(LOGIN_QUERIES + 8):
+    with django_assert_num_queries(LOGIN_QUERIES + 12):
         client.get("/annotate/")
 
 
@@ -281,7 +289,7 @@ def test_agreement_page_matches_the_kappa_functions(ran_batch) -> None:
     }
     for index, labels in plan.items():
         for user, label in zip(users, labels, strict=True):
-            annotation_label(annotator=user, episode=episodes[index], label=label)
+            annotation_label(annotator=user, episode=episodes[index], label=label, reason="other")
     response = client.get("/annotate/agreement/")
     assert response.status_code == 200
     page = response.content.decode()

@@ -242,7 +242,7 @@ def test_undo_keeps_labels_changed_after_the_bulk_action(people, episodes):
     action = annotation_bulk_apply(
         actor=rita, filters={"batch": episodes[0].batch_id}, label="approve"
     )
-    annotation_label(annotator=rita, episode=episodes[2], label="reject")
+    annotation_label(annotator=rita, episode=episodes[2], label="reject", reason="other")
     restored = annotation_bulk_undo(action=action, actor=rita)
     assert restored == action.episodes - 1
     assert Annotation.objects.get(episode=episodes[2]).label == "reject"
@@ -255,8 +255,12 @@ def test_reward_hacking_candidates_are_rejected_but_rewarded(people, episodes):
     ann = people["ann"]
     annotation_label(annotator=ann, episode=episodes[1], label="approve")  # reward 0.8
     annotation_label(annotator=ann, episode=episodes[3], label="approve")  # reward 0.2
-    annotation_label(annotator=ann, episode=episodes[0], label="reject")  # 0.9: suspicious
-    annotation_label(annotator=ann, episode=episodes[4], label="reject")  # 0.1: plainly bad
+    annotation_label(
+        annotator=ann, episode=episodes[0], label="reject", reason="x"
+    )  # 0.9: suspicious
+    annotation_label(
+        annotator=ann, episode=episodes[4], label="reject", reason="x"
+    )  # 0.1: plainly bad
     found = list(reward_hacking_candidates())
     assert found == [episodes[0]] and found[0].rejections == 1
     assert list(reward_hacking_candidates(min_reward=0.0)) == [episodes[0], episodes[4]]

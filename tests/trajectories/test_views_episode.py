@@ -194,11 +194,12 @@ def test_viewer_costs_the_same_queries_for_any_episode(
 ) -> None:
     # episode, qrels, turns with their per-turn parts, the final state (latest snapshot,
     # then rows), model calls, the query's other runs, and the SFT exports holding it
-    # (provenance, one query added by the annotator pages), and its neighbours in the list
-    # it came from: the previous, the next, its position and the count
+    # (provenance, one query added by the annotator pages), its judgements with their
+    # annotators (the Annotations card, one query), and its neighbours in the list it came
+    # from: the previous, the next, its position and the count
     for each in ran_batch.episodes.all():
         new_model_call(each, turn_index=1)
-        with django_assert_num_queries(LOGIN_QUERIES + 11):
+        with django_assert_num_queries(LOGIN_QUERIES + 12):
             response = researcher_client.get(f"/episodes/{each.pk}/")
         assert response.status_code == 200
 

@@ -83,7 +83,7 @@ class AnnotationViewSet(
         try:
             annotation = annotation_label(annotator=request.user, **form.validated_data)
         except AnnotationError as exc:
-            raise _annotation_error(exc, "episode") from None
+            raise _annotation_error(exc, exc.field or "episode") from None
         return Response(AnnotationSerializer(annotation).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -122,9 +122,12 @@ class AnnotationViewSet(
         form.is_valid(raise_exception=True)
         data = form.validated_data
         filters = filters_from(data["filters"], prefix="filters.")
-        bulk = annotation_bulk_apply(
-            actor=request.user, filters=filters, label=data["label"], reason=data["reason"]
-        )
+        try:
+            bulk = annotation_bulk_apply(
+                actor=request.user, filters=filters, label=data["label"], reason=data["reason"]
+            )
+        except AnnotationError as exc:
+            raise _annotation_error(exc, exc.field or "filters") from None
         return Response(BulkActionSerializer(bulk).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: BulkUndoSerializer})

@@ -108,6 +108,8 @@ class AnnotationEventKind(models.TextChoices):
     RELEASE = "release", "Released the episode"
     BULK_LABEL = "bulk_label", "Labelled by a bulk action"
     BULK_UNDO = "bulk_undo", "Bulk action undone"
+    SKIP = "skip", "Skipped the episode"
+    UNDO = "undo", "Label undone"
 
 
 class AnnotationEvent(models.Model):

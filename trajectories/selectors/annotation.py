@@ -11,19 +11,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from trajectories.episode_filters import FILTER_KEYS, EpisodeFilterError, episode_filters_clean
 from trajectories.models import (
     Annotation,
     AnnotationBulkAction,
+    AnnotationEvent,
+    AnnotationEventKind,
+    AnnotationLabel,
     AnnotationLock,
     CuratedItem,
     Episode,
 )
 from trajectories.selectors.batches import query_grades
 from trajectories.selectors.episode_list import RANGE_FIELDS
-from trajectories.services.annotations import annotation_agreement
+from trajectories.services.annotations import (
+    annotation_agreement,
+    default_overlap,
+    queue_pool,
+)
 
 RECENT_BULK_ACTIONS = 20
 
@@ -49,12 +56,11 @@ def filters_from(params: Mapping[str, Any]) -> QueueFilters:
 
 
 def filter_fields(raw: Mapping[str, str]) -> list[tuple[str, str, str]]:
-    """(name, label, value) for the filter form's text inputs, in a stable order."""
+    """(name, label, value) for the filter form's text inputs, in a stable order; benchmark
+    and policy are dropdowns, drawn from the episode list's filter form."""
     plain = [
         ("ids", "Episode ids"),
         ("batch", "Batch #"),
-        ("benchmark", "Benchmark #"),
-        ("policy", "Policy #"),
         ("ablation", "Ablation label"),
         ("termination_reason", "Termination reason"),
         ("q", "Query text contains"),
@@ -65,6 +71,44 @@ def filter_fields(raw: Mapping[str, str]) -> list[tuple[str, str, str]]:
         for end in ("min", "max")
     ]
     return [(key, label, raw.get(key, "")) for key, label in [*plain, *ranges]]
+
+
+# --- progress ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    mine_done: int  # episodes under the filter this annotator labelled
+    mine_left: int  # episodes that still want a label and not yet theirs (skipped included)
+    mine_skipped: int  # of those, ones this annotator skipped
+    done: int  # episodes with all the labels the overlap asks for
+    total: int  # every episode the queue may hand out under the filter
+
+    @property
+    def left(self) -> int:
+        return self.total - self.done
+
+
+def queue_counts(
+    *, annotator: Any, filters: Mapping[str, Any], overlap: int | None = None
+) -> QueueCounts:
+    """Done and remaining under cleaned filters, for this annotator and overall. One query."""
+    overlap = default_overlap() if overlap is None else overlap
+    mine = Exists(Annotation.objects.filter(episode=OuterRef("pk"), annotator=annotator))
+    skipped = Exists(
+        AnnotationEvent.objects.filter(
+            episode=OuterRef("pk"), actor=annotator, kind=AnnotationEventKind.SKIP
+        )
+    )
+    open_ = Q(annotation_count__lt=overlap) & ~Q(mine)
+    counts = queue_pool(filters=filters).aggregate(
+        mine_done=Count("pk", filter=Q(mine)),
+        mine_left=Count("pk", filter=open_),
+        mine_skipped=Count("pk", filter=open_ & Q(skipped)),
+        done=Count("pk", filter=Q(annotation_count__gte=overlap)),
+        total=Count("pk"),
+    )
+    return QueueCounts(**counts)
 
 
 # --- the item being labelled ----------------------------------------------------------------
@@ -153,3 +197,40 @@ def agreement_view(*, filters: Mapping[str, Any] | None = None) -> dict[str, Any
         for pair in agreement["cohen"]
     ]
     return {"cohen": pairs, "fleiss": agreement["fleiss"]}
+
+
+# --- judgements shown to researchers ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpisodeAnnotations:
+    rows: list[Annotation]  # newest first, with their annotators
+    hidden: int  # others' labels left out for an annotator (labelling is blind)
+
+
+def episode_annotations(*, episode: Episode, viewer: Any, blind: bool) -> EpisodeAnnotations:
+    """Every judgement on the episode for a researcher; for an annotator (`blind`), only
+    their own, with how many others there are. One query."""
+    rows = list(
+        Annotation.objects.filter(episode=episode)
+        .select_related("annotator")
+        .order_by("-updated_at", "-pk")
+    )
+    if not blind:
+        return EpisodeAnnotations(rows=rows, hidden=0)
+    own = [a for a in rows if a.annotator_id == viewer.pk]
+    return EpisodeAnnotations(rows=own, hidden=len(rows) - len(own))
+
+
+def rejections_by_episode(
+    *, episode_ids: list[int], viewer: Any, blind: bool
+) -> dict[int, list[Annotation]]:
+    """The rejections (annotator, reason, notes) of each episode, newest first; an annotator
+    (`blind`) sees only their own. One query."""
+    rows = Annotation.objects.filter(episode_id__in=episode_ids, label=AnnotationLabel.REJECT)
+    if blind:
+        rows = rows.filter(annotator=viewer)
+    out: dict[int, list[Annotation]] = {pk: [] for pk in episode_ids}
+    for row in rows.select_related("annotator").order_by("-updated_at", "-pk"):
+        out[row.episode_id].append(row)
+    return out

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Avg, Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Avg, Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from trajectories.episode_filters import episode_filters_clean, episodes_matching
@@ -45,10 +45,17 @@ from trajectories.models import (
 
 MAX_OVERLAP = 20
 CANDIDATES_PER_ROUND = 20
+# An annotator may take back their latest decision for this long after making it.
+UNDO_WINDOW = timedelta(minutes=10)
 
 
 class AnnotationError(ValueError):
-    """An annotation request that cannot be carried out; the message says why."""
+    """An annotation request that cannot be carried out; the message says why and `field`
+    names the input at fault ("" when it is the request as a whole)."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def default_overlap() -> int:
@@ -102,11 +109,20 @@ def _snapshot(annotation: Annotation | None) -> dict[str, str] | None:
 # --- labelling ----------------------------------------------------------------------------
 
 
-def _check_label(label: str, reason: str) -> None:
+def label_check(*, label: str, reason: str) -> None:
+    """Refuse a label the rules do not allow; the pages check a bulk preview with it too."""
     if label not in AnnotationLabel.values:
-        raise AnnotationError(f"label {label!r} is not one of {', '.join(AnnotationLabel.values)}")
+        raise AnnotationError(
+            f"label {label!r} is not one of {', '.join(AnnotationLabel.values)}", field="label"
+        )
     if len(reason) > 200:
-        raise AnnotationError(f"reason is {len(reason)} characters long; at most 200")
+        raise AnnotationError(
+            f"reason is {len(reason)} characters long; at most 200", field="reason"
+        )
+    # The guidelines ask for a reason with every rejection: researchers read it beside the
+    # reward ("Reward vs judgement"), and a bare "reject" tells them nothing.
+    if label == AnnotationLabel.REJECT and not reason.strip():
+        raise AnnotationError("a rejection needs a reason: choose one", field="reason")
 
 
 @transaction.atomic
@@ -114,7 +130,7 @@ def annotation_label(
     *, annotator: Any, episode: Episode, label: str, reason: str = "", notes: str = ""
 ) -> Annotation:
     """Record (or change) this annotator's label on the episode and release their lock."""
-    _check_label(label, reason)
+    label_check(label=label, reason=reason)
     # The row lock serialises concurrent labels of one episode, so the status is right.
     episode = Episode.objects.select_for_update().get(pk=episode.pk)
     if episode.status not in FINISHED_EPISODE:
@@ -161,19 +177,32 @@ def _held(annotator: Any, now: datetime) -> Assignment | None:
     return Assignment(episode=lock.episode, expires_at=lock.expires_at) if lock else None
 
 
+def queue_pool(*, filters: Mapping[str, Any]) -> QuerySet[Episode]:
+    """Every episode the queue may hand out under cleaned filters, labelled or not."""
+    # A teacher batch's episodes that failed its filter rule never enter the queue.
+    return (
+        episodes_matching(filters=filters)
+        .filter(status=EpisodeStatus.COMPLETED)
+        .exclude(teacher_passed=False)
+    )
+
+
 def _candidate_ids(
     annotator: Any, filters: Mapping[str, Any], overlap: int, now: datetime
 ) -> list[int]:
     taken = _live_locks(now).filter(episode=OuterRef("pk"))
     mine = Annotation.objects.filter(episode=OuterRef("pk"), annotator=annotator)
+    skips = AnnotationEvent.objects.filter(
+        episode=OuterRef("pk"), actor=annotator, kind=AnnotationEventKind.SKIP
+    )
     episodes = (
-        episodes_matching(filters=filters)
-        .filter(status=EpisodeStatus.COMPLETED, annotation_count__lt=overlap)
-        # A teacher batch's episodes that failed its filter rule never enter the queue.
-        .exclude(teacher_passed=False)
+        queue_pool(filters=filters)
+        .filter(annotation_count__lt=overlap)
         .filter(~Exists(taken), ~Exists(mine))
-        # Episodes already labelled by others first: overlap sets complete sooner.
-        .order_by("-annotation_count", "pk")
+        .annotate(skipped_at=Subquery(skips.order_by("-created_at").values("created_at")[:1]))
+        # Never-skipped first, then the longest-skipped; among those, episodes already
+        # labelled by others first: overlap sets complete sooner.
+        .order_by(F("skipped_at").asc(nulls_first=True), "-annotation_count", "pk")
     )
     return list(episodes.values_list("pk", flat=True)[:CANDIDATES_PER_ROUND])
 
@@ -223,6 +252,69 @@ def annotation_next(
     return None
 
 
+@transaction.atomic
+def annotation_skip(*, annotator: Any, episode: Episode) -> None:
+    """Put the episode back for now: the annotator's lock goes, and their queue hands it out
+    again only after every episode they never skipped (skipped ones come back oldest skip
+    first). Others are not affected. Refused on an episode the annotator does not hold."""
+    lock = AnnotationLock.objects.filter(episode=episode, annotator=annotator).first()
+    if lock is None:
+        raise AnnotationError(f"episode {episode.pk} is not yours to skip: take it from the queue")
+    lock.delete()
+    AnnotationEvent.objects.create(actor=annotator, kind=AnnotationEventKind.SKIP, episode=episode)
+
+
+def annotation_undoable(*, annotator: Any, now: datetime) -> AnnotationEvent | None:
+    """The annotator's latest decision if it may still be undone: made in the queue or a
+    review (not a bulk action), within UNDO_WINDOW, and not undone already."""
+    latest = (
+        AnnotationEvent.objects.filter(
+            actor=annotator, kind__in=[AnnotationEventKind.LABEL, AnnotationEventKind.UNDO]
+        )
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    if latest is None or latest.kind != AnnotationEventKind.LABEL:
+        return None
+    if now - latest.created_at > UNDO_WINDOW:
+        return None
+    return latest
+
+
+@transaction.atomic
+def annotation_undo(*, annotator: Any, episode: Episode) -> Annotation | None:
+    """Take back the annotator's latest decision, on `episode`: their label before it comes
+    back (none: the episode is theirs to label again, locked to them when free). Returns
+    the restored label, or None. Only the latest, within UNDO_WINDOW, and only while the
+    label is still what that decision made it."""
+    episode = Episode.objects.select_for_update().get(pk=episode.pk)
+    now = timezone.now()
+    event = annotation_undoable(annotator=annotator, now=now)
+    if event is None or event.episode_id != episode.pk:
+        minutes = int(UNDO_WINDOW.total_seconds() // 60)
+        raise AnnotationError(
+            f"only your latest decision can be undone, within {minutes} minutes of making it"
+        )
+    current = Annotation.objects.filter(episode=episode, annotator=annotator).first()
+    if current is None or current.updated_at > event.created_at:
+        raise AnnotationError(f"your label on episode {episode.pk} changed since; relabel it")
+    _restore(current, event.before)
+    AnnotationEvent.objects.create(
+        actor=annotator,
+        kind=AnnotationEventKind.UNDO,
+        episode=episode,
+        before=event.after,
+        after=event.before,
+    )
+    _status_refresh([episode.pk])
+    if event.before is not None:
+        return current
+    # Back in the queue: the episode becomes this annotator's current item again.
+    AnnotationLock.objects.filter(annotator=annotator).exclude(episode=episode).delete()
+    _lock_take(episode.pk, annotator, now)
+    return None
+
+
 # --- bulk actions -------------------------------------------------------------------------
 
 
@@ -245,7 +337,7 @@ def annotation_bulk_apply(
 
     Each episode's previous label by `actor` is kept in its event, for the undo.
     """
-    _check_label(label, reason)
+    label_check(label=label, reason=reason)
     ids = list(_bulk_targets(filters).values_list("pk", flat=True))
     action = AnnotationBulkAction.objects.create(
         actor=actor, filters=dict(filters), label=label, reason=reason, episodes=len(ids)

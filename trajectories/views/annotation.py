@@ -1,5 +1,5 @@
-"""The annotator pages: the queue, review of one's own labels, bulk actions (researchers),
-agreement, and reward-vs-judgement.
+"""The annotator pages: the queue (with progress, skip and undo), review of one's own
+labels, bulk actions (researchers), agreement, and reward-vs-judgement.
 
 Thin adapters over services/annotations.py (every write) and selectors/annotation.py.
 An annotator only ever sees their own label: the queue never shows the others'.
@@ -17,7 +17,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from harness_app.roles import browse_required, researcher_required
+from harness_app.roles import Role, browse_required, researcher_required, user_has_role
+from trajectories.forms import AnnotationLabelForm, EpisodeFilterForm
 from trajectories.models import (
     AnnotationBulkAction,
     AnnotationLabel,
@@ -27,12 +28,17 @@ from trajectories.models import (
 )
 from trajectories.selectors import annotation
 from trajectories.services.annotations import (
+    UNDO_WINDOW,
     AnnotationError,
     annotation_bulk_apply,
     annotation_bulk_preview,
     annotation_bulk_undo,
     annotation_label,
     annotation_next,
+    annotation_skip,
+    annotation_undo,
+    annotation_undoable,
+    label_check,
     reward_hacking_candidates,
 )
 
@@ -50,6 +56,8 @@ def _filter_context(filters: annotation.QueueFilters, section: str) -> dict[str,
         "section": section,
         "filters": filters,
         "filter_fields": annotation.filter_fields(filters.raw),
+        # The episode list's form, unbound, for its benchmark and policy dropdowns.
+        "choice_form": EpisodeFilterForm(initial=filters.raw, auto_id="f-%s"),
         "annotation_statuses": AnnotationStatus.choices,
         "filter_query": urlencode(sorted(filters.raw.items())),
     }
@@ -62,36 +70,50 @@ def _item(request: HttpRequest, episode_id: int) -> annotation.QueueItem:
     return item
 
 
+def _queue_context(
+    request: HttpRequest, filters: annotation.QueueFilters, item: annotation.QueueItem | None
+) -> dict[str, object]:
+    """What the queue and review pages share: the filter, progress, the item and its form,
+    and the latest decision while it may be undone."""
+    context = _filter_context(filters, "queue")
+    context["reasons"] = REASON_CHOICES
+    if not filters.error:
+        context["counts"] = annotation.queue_counts(annotator=request.user, filters=filters.cleaned)
+    undoable = annotation_undoable(annotator=request.user, now=timezone.now())
+    context["undoable"] = undoable
+    context["undo_until"] = undoable.created_at + UNDO_WINDOW if undoable else None
+    if item is not None:
+        context["item"] = item
+        mine = item.mine
+        initial = {"reason": mine.reason, "notes": mine.notes} if mine else {}
+        context["form"] = AnnotationLabelForm(initial=initial)
+    return context
+
+
 @browse_required
 @require_GET
 def annotate_queue(request: HttpRequest) -> HttpResponse:
     """The next episode under the filter, locked to this annotator (or the empty state)."""
     filters = annotation.filters_from(request.GET)
-    context = _filter_context(filters, "queue")
     assignment = None
     if not filters.error:
         assignment = annotation_next(annotator=request.user, filters=filters.cleaned)
+    item = _item(request, assignment.episode.pk) if assignment else None
+    context = _queue_context(request, filters, item)
     if assignment is not None:
-        context["item"] = _item(request, assignment.episode.pk)
         context["expires_at"] = assignment.expires_at
-    context["reasons"] = REASON_CHOICES
     previous = annotation.last_labelled(annotator=request.user)
     context["prev_url"] = reverse("annotate_review", args=[previous.episode_id]) if previous else ""
     context["next_url"] = ""
     return render(request, "trajectories/annotate_queue.html", context)
 
 
-@browse_required
-@require_GET
-def annotate_review(request: HttpRequest, pk: int) -> HttpResponse:
-    """An episode this annotator labelled, with their own label, to change it (`k`, `j`)."""
-    filters = annotation.filters_from(request.GET)
-    context = _filter_context(filters, "queue")
-    item = _item(request, pk)
+def _review_context(
+    request: HttpRequest, filters: annotation.QueueFilters, item: annotation.QueueItem
+) -> dict[str, object]:
     mine = item.mine
-    if mine is None:
-        raise Http404("you have not labelled this episode")
-    context.update({"item": item, "reasons": REASON_CHOICES})
+    assert mine is not None
+    context = _queue_context(request, filters, item)
     before = annotation.last_labelled(annotator=request.user, before=mine)
     after = annotation.next_labelled(annotator=request.user, after=mine)
     context["prev_url"] = reverse("annotate_review", args=[before.episode_id]) if before else ""
@@ -99,32 +121,90 @@ def annotate_review(request: HttpRequest, pk: int) -> HttpResponse:
         reverse("annotate_review", args=[after.episode_id]) if after else _queue_url(filters.raw)
     )
     context["review"] = True
+    return context
+
+
+@browse_required
+@require_GET
+def annotate_review(request: HttpRequest, pk: int) -> HttpResponse:
+    """An episode this annotator labelled, with their own label, to change it (`k`, `j`)."""
+    filters = annotation.filters_from(request.GET)
+    item = _item(request, pk)
+    if item.mine is None:
+        raise Http404("you have not labelled this episode")
+    context = _review_context(request, filters, item)
     return render(request, "trajectories/annotate_queue.html", context)
+
+
+def _episode_or_404(pk: int) -> Episode:
+    episode = Episode.objects.filter(pk=pk).first()
+    if episode is None:
+        raise Http404("no such episode")
+    return episode
 
 
 @browse_required
 @require_POST
 def annotate_label(request: HttpRequest, pk: int) -> HttpResponse:
-    """Record this annotator's label, then go on to the next item under the same filter."""
+    """Record this annotator's label, then go on to the next item under the same filter.
+
+    A refused decision (a rejection without a reason) shows the item again with the error
+    on its field and what was typed kept, answering 400.
+    """
     filters = annotation.filters_from(request.POST)
-    episode = Episode.objects.filter(pk=pk).first()
-    if episode is None:
-        raise Http404("no such episode")
+    episode = _episode_or_404(pk)
     if annotation.held_by_another(episode_id=pk, annotator=request.user, now=timezone.now()):
         messages.error(request, f"Episode {pk} is being labelled by someone else.")
         return redirect(_queue_url(filters.raw))
+    form = AnnotationLabelForm(request.POST)
+    if form.is_valid():
+        try:
+            annotation_label(annotator=request.user, episode=episode, **form.cleaned_data)
+        except AnnotationError as exc:
+            if exc.field not in form.fields:
+                messages.error(request, str(exc))
+                return redirect(_queue_url(filters.raw))
+            form.add_error(exc.field, str(exc))
+        else:
+            return redirect(_queue_url(filters.raw))
+    item = _item(request, pk)
+    if item.mine is not None:
+        context = _review_context(request, filters, item)
+    else:
+        context = _queue_context(request, filters, item)
+        context.update({"prev_url": "", "next_url": ""})
+    context["form"] = form
+    return render(request, "trajectories/annotate_queue.html", context, status=400)
+
+
+@browse_required
+@require_POST
+def annotate_skip(request: HttpRequest, pk: int) -> HttpResponse:
+    """Put the held episode back to the end of this annotator's queue; show the next one."""
+    filters = annotation.filters_from(request.POST)
     try:
-        annotation_label(
-            annotator=request.user,
-            episode=episode,
-            label=request.POST.get("label", ""),
-            reason=request.POST.get("reason", "").strip(),
-            notes=request.POST.get("notes", ""),
-        )
+        annotation_skip(annotator=request.user, episode=_episode_or_404(pk))
+    except AnnotationError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.info(request, f"Episode {pk} skipped: it comes back after the others.")
+    return redirect(_queue_url(filters.raw))
+
+
+@browse_required
+@require_POST
+def annotate_undo(request: HttpRequest, pk: int) -> HttpResponse:
+    """Take back this annotator's latest decision (on episode `pk`), within the window."""
+    filters = annotation.filters_from(request.POST)
+    try:
+        restored = annotation_undo(annotator=request.user, episode=_episode_or_404(pk))
     except AnnotationError as exc:
         messages.error(request, str(exc))
         return redirect(_queue_url(filters.raw))
-    messages.success(request, f"Episode {pk}: {request.POST.get('label')}.")
+    if restored is not None:
+        messages.info(request, f"Episode {pk}: your earlier label is back.")
+        return redirect(reverse("annotate_review", args=[pk]))
+    messages.info(request, f"Episode {pk}: decision undone; label it again.")
     return redirect(_queue_url(filters.raw))
 
 
@@ -153,7 +233,12 @@ def annotate_bulk(request: HttpRequest) -> HttpResponse:
         elif label not in AnnotationLabel.values:
             context["preview_error"] = "Choose a label."
         else:
-            context["preview"] = annotation_bulk_preview(filters=filters.cleaned)
+            try:  # refused before the count, not only when applied
+                label_check(label=label, reason=request.GET.get("reason", ""))
+            except AnnotationError as exc:
+                context["preview_error"] = f"{str(exc).capitalize()}."
+            else:
+                context["preview"] = annotation_bulk_preview(filters=filters.cleaned)
     return render(request, "trajectories/annotate_bulk.html", context)
 
 
@@ -219,6 +304,19 @@ def annotate_reward_hacking(request: HttpRequest) -> HttpResponse:
             min_reward = math.nan
         if not math.isfinite(min_reward):
             error, min_reward = f"min reward: expected a number, got {raw!r}", None
-    episodes = reward_hacking_candidates(min_reward=min_reward)
-    context = {"episodes": episodes, "min_reward": raw, "error": error, "section": "reward"}
+    episodes = list(reward_hacking_candidates(min_reward=min_reward))
+    # Annotators label blind, so they see only their own reasons here.
+    blind = not user_has_role(request.user, Role.RESEARCHER)
+    rejections = annotation.rejections_by_episode(
+        episode_ids=[e.pk for e in episodes], viewer=request.user, blind=blind
+    )
+    rows = [(e, rejections[e.pk]) for e in episodes]
+    context = {
+        "episodes": episodes,
+        "rows": rows,
+        "blind": blind,
+        "min_reward": raw,
+        "error": error,
+        "section": "reward",
+    }
     return render(request, "trajectories/annotate_reward_hacking.html", context)

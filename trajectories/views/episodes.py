@@ -25,10 +25,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from harness_app.ids import as_id
 from harness_app.models import Document
-from harness_app.roles import browse_required
+from harness_app.roles import Role, browse_required, user_has_role
 from trajectories.forms import EpisodeFilterForm, SavedFilterForm
 from trajectories.models import Episode
-from trajectories.selectors import recording, tokens
+from trajectories.selectors import annotation, recording, tokens
 from trajectories.selectors.batches import group_view
 from trajectories.selectors.calls import turn_prompts
 from trajectories.selectors.episode import (
@@ -207,6 +207,11 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "sft_exports": sft_exports,
         **_list_navigation(request, episode),
     }
+    # Why annotators judged it as they did; an annotator, labelling blind, sees only their own.
+    blind = not user_has_role(request.user, Role.RESEARCHER)
+    context["annotations"] = annotation.episode_annotations(
+        episode=episode, viewer=request.user, blind=blind
+    )
     return render(request, "trajectories/episode_detail.html", context)
 
 
