@@ -53,7 +53,11 @@ def test_cursor_pages_through_everything_once(annotator_api, ran):
         ({"rewrd_min": "1"}, "rewrd_min", "unknown filter; use one of batch"),
         ({"reward_min": "high"}, "reward_min", "expected a number, got 'high'"),
         ({"status": "done"}, "status", "'done' is not one of pending, running"),
-        ({"batch": "first"}, "batch", "expected a positive whole-number id below 2^63, got 'first'"),
+        (
+            {"batch": "first"},
+            "batch",
+            "expected a positive whole-number id below 2^63, got 'first'",
+        ),
         ({"turns_min": "9", "turns_max": "2"}, "turns_min", "9.0 is above turns_max 2.0"),
     ],
 )

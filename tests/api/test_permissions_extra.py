@@ -70,7 +70,11 @@ def test_agreement_is_for_researchers_in_the_api(annotator_api):
     [
         ({"reward_min": "high"}, "reward_min", "expected a number, got 'high'"),
         ({"format_errors_max": "none"}, "format_errors_max", "expected a number, got 'none'"),
-        ({"batch": "latest"}, "batch", "expected a positive whole-number id below 2^63, got 'latest'"),
+        (
+            {"batch": "latest"},
+            "batch",
+            "expected a positive whole-number id below 2^63, got 'latest'",
+        ),
         ({"status": "done"}, "status", "'done' is not one of pending, running, completed"),
         ({"reward_min": "0.9", "reward_max": "0.1"}, "reward_min", "is above reward_max"),
         ({"colour": "red"}, "colour", "unknown filter; use one of batch, benchmark"),
