@@ -353,6 +353,12 @@ class BulkPreviewSerializer(serializers.Serializer[Any]):
 class BulkApplySerializer(BulkPreviewSerializer):
     label = serializers.ChoiceField(choices=AnnotationLabel.choices)  # type: ignore[assignment]
     reason = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    every_episode = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="with no filters, label every finished episode; without it, no filters is "
+        "refused",
+    )
 
 
 class BulkCountSerializer(serializers.Serializer[Any]):

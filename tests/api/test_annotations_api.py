@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness_app.roles import Role
 from tests import factories
 from trajectories.models import Annotation, AnnotationBulkAction
 
@@ -145,3 +146,41 @@ def test_a_rejection_without_a_reason_is_refused(annotator_api, researcher_api, 
     response = researcher_api.post("/api/annotations/bulk/", bulk, format="json")
     assert response.status_code == 400 and "needs a reason" in response.json()["reason"][0]
     assert not AnnotationBulkAction.objects.exists()
+
+
+# --- the annotation rules hold in the API too (issue 21.5) ---------------------------------
+
+
+def test_an_episode_another_annotator_holds_cannot_be_labelled_through_the_api(annotator_api, ran):
+    taken = annotator_api.post("/api/annotations/next/", {}, format="json").json()
+    episode = taken["episode"]["id"] if isinstance(taken["episode"], dict) else taken["episode"]
+    second = factories.client_for(factories.user("bea", Role.ANNOTATOR))
+    body = {"episode": episode, "label": "approve", "reason": "good_trajectory"}
+    refused = second.post("/api/annotations/", body, format="json")
+    assert refused.status_code == 400
+    (message,) = refused.json()["episode"]
+    assert "being labelled by another annotator" in message and "anna" not in message
+    # Once the holder has labelled it, the lock is gone and the second label is welcome.
+    assert annotator_api.post("/api/annotations/", body, format="json").status_code == 201
+    assert second.post("/api/annotations/", body, format="json").status_code == 201
+
+
+def test_a_bulk_label_without_filters_must_say_it_means_every_episode(researcher_api, ran):
+    body = {"filters": {}, "label": "approve", "reason": "good_trajectory"}
+    refused = researcher_api.post("/api/annotations/bulk/", body, format="json")
+    assert refused.status_code == 400
+    assert "every finished episode" in refused.json()["filters"][0]
+    assert not Annotation.objects.exists()
+    meant = researcher_api.post(
+        "/api/annotations/bulk/", {**body, "every_episode": True}, format="json"
+    )
+    assert meant.status_code == 201
+    assert meant.json()["episodes"] == ran.episodes.count()
+
+
+def test_annotators_do_not_see_the_agreement_between_annotators(client, annotator, researcher):
+    client.force_login(annotator)
+    assert client.get("/annotate/agreement/").status_code == 403
+    assert b"Agreement</a>" not in client.get("/annotate/").content
+    client.force_login(researcher)
+    assert client.get("/annotate/agreement/").status_code == 200

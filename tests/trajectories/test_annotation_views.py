@@ -308,7 +308,7 @@ def test_agreement_page_matches_the_kappa_functions(ran_batch) -> None:
 
 
 def test_agreement_page_without_overlap_is_empty(ran_batch) -> None:
-    client, _ = _client("ann", Role.ANNOTATOR)
+    client, _ = _client("ria", Role.RESEARCHER)
     page = client.get("/annotate/agreement/").content.decode()
     assert "No episode has two annotators yet" in page and "n = 0 episodes" in page
 

@@ -124,7 +124,11 @@ class AnnotationViewSet(
         filters = filters_from(data["filters"], prefix="filters.")
         try:
             bulk = annotation_bulk_apply(
-                actor=request.user, filters=filters, label=data["label"], reason=data["reason"]
+                actor=request.user,
+                filters=filters,
+                label=data["label"],
+                reason=data["reason"],
+                every_episode=data["every_episode"],
             )
         except AnnotationError as exc:
             raise _annotation_error(exc, exc.field or "filters") from None

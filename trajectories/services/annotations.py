@@ -135,6 +135,17 @@ def annotation_label(
     episode = Episode.objects.select_for_update().get(pk=episode.pk)
     if episode.status not in FINISHED_EPISODE:
         raise AnnotationError(f"episode {episode.pk} is {episode.status}; label it once it ends")
+    # Another annotator holds it from the queue: labelling it now (as the API could) would
+    # break the queue's promise that one annotator works an episode at a time. Who holds
+    # it is not said: annotators label blind.
+    held = _live_locks(timezone.now()).filter(episode=episode).exclude(annotator=annotator)
+    until = held.values_list("expires_at", flat=True).first()
+    if until is not None:
+        raise AnnotationError(
+            f"episode {episode.pk} is being labelled by another annotator until "
+            f"{until:%H:%M:%S} UTC; take your next episode from the queue",
+            field="episode",
+        )
     existing = Annotation.objects.filter(episode=episode, annotator=annotator).first()
     before = _snapshot(existing)
     annotation = existing or Annotation(episode=episode, annotator=annotator)
@@ -331,13 +342,25 @@ def annotation_bulk_preview(*, filters: Mapping[str, Any]) -> int:
 
 @transaction.atomic
 def annotation_bulk_apply(
-    *, actor: Any, filters: Mapping[str, Any], label: str, reason: str = ""
+    *,
+    actor: Any,
+    filters: Mapping[str, Any],
+    label: str,
+    reason: str = "",
+    every_episode: bool = False,
 ) -> AnnotationBulkAction:
     """Give every finished episode the filters match `actor`'s label, in one transaction.
 
-    Each episode's previous label by `actor` is kept in its event, for the undo.
+    Each episode's previous label by `actor` is kept in its event, for the undo. No
+    filters would mean every finished episode: refused unless `every_episode` says so.
     """
     label_check(label=label, reason=reason)
+    if not filters and not every_episode:
+        raise AnnotationError(
+            "no filters: a bulk action would label every finished episode; give a filter, "
+            "or say that every episode is meant (every_episode)",
+            field="filters",
+        )
     ids = list(_bulk_targets(filters).values_list("pk", flat=True))
     action = AnnotationBulkAction.objects.create(
         actor=actor, filters=dict(filters), label=label, reason=reason, episodes=len(ids)

@@ -283,7 +283,9 @@ def annotate_bulk_undo(request: HttpRequest, pk: int) -> HttpResponse:
 # --- agreement, reward vs judgement --------------------------------------------------------------
 
 
-@browse_required
+# Researchers only: every pair's kappa names the annotators, and annotators label blind
+# (they see neither the others' labels nor their counts before they decide).
+@researcher_required
 @require_GET
 def annotate_agreement(request: HttpRequest) -> HttpResponse:
     filters = annotation.filters_from(request.GET)
