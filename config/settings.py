@@ -118,6 +118,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "staticfiles")
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise serves from it (warns if missing)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
