@@ -307,6 +307,9 @@ def test_compare_aligns_two_runs_of_a_query_turn_by_turn(
     assert data["a"]["curated"] == list(a.turn_rows.values_list("curated_recall", flat=True))
     assert data["b"]["turns"] == list(b.turn_rows.values_list("index", flat=True))
     assert "in-both" in page
+    # The settings that differ are highlighted; the policy version, shared, is not.
+    assert '<tr class="differs"><th>Ablation</th>' in page
+    assert "<tr><th>Policy version</th>" in page
 
 
 def test_compare_costs_four_queries(
