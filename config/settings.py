@@ -63,6 +63,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files answer here, before sessions and the login check: compressed, and cached
+    # for a year when their names carry a content hash (docs/operations.md).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -115,6 +118,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = env_path("STATIC_ROOT", DATA_DIR / "staticfiles")
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise serves from it (warns if missing)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
@@ -122,6 +126,18 @@ STATICFILES_FINDERS = [
     # plotly.js comes from the installed plotly wheel, so no copy lives in the repository.
     "harness_app.staticfinders.PlotlyFinder",
 ]
+# The manifest storage names each file by its content hash and keeps gzip copies beside it,
+# so browsers may cache it forever; it needs `collectstatic` first (the image runs it at
+# build time), so development and the tests serve the plain files straight from the finders.
+STATIC_MANIFEST = env_bool("STATIC_MANIFEST", PRODUCTION)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if STATIC_MANIFEST
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
 
 SESSION_COOKIE_SECURE = PRODUCTION
 CSRF_COOKIE_SECURE = PRODUCTION

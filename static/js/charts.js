@@ -51,6 +51,25 @@
     }
   }
 
+  // A page that names plotly.js in its charts.js tag (data-plotly) fetches it after its load
+  // event: plotly.js is 4.8 MB of script, and the page's text should show and respond first.
+  var plotlySrc = document.currentScript ? document.currentScript.dataset.plotly : null;
+  var waiting = [];
+
+  function withPlotly(callback) {
+    if (window.Plotly) { callback(); return; }
+    waiting.push(callback);
+    if (waiting.length > 1 || !plotlySrc) return;
+    function fetchPlotly() {
+      var script = document.createElement("script");
+      script.src = plotlySrc;
+      script.onload = function () { waiting.splice(0).forEach(function (run) { run(); }); };
+      document.head.appendChild(script);
+    }
+    if (document.readyState === "complete") fetchPlotly();
+    else window.addEventListener("load", fetchPlotly);
+  }
+
   window.HarnessCharts = {
     axis: axis,
     config: { displaylogo: false, responsive: true },
@@ -60,5 +79,6 @@
     palette: palette,
     readJson: readJson,
     safe: safe,
+    withPlotly: withPlotly,
   };
 })();

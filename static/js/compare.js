@@ -1,4 +1,6 @@
-// Compare view: recall per turn of episode A (solid) and B (dashed).
+// Compare view: recall per turn of episode A (solid) and B (dashed). B's thin dashed line and
+// open diamonds are drawn over A's wide translucent line and dots, so where the two runs
+// coincide (a deterministic policy's samples) both stay visible.
 document.addEventListener("DOMContentLoaded", function () {
   "use strict";
   var H = window.HarnessCharts;
@@ -14,7 +16,12 @@ document.addEventListener("DOMContentLoaded", function () {
   function draw() {
     var colours = H.palette();
     var traces = [];
-    [["a", "A", "solid"], ["b", "B", "dash"]].forEach(function (side) {
+    var styles = {
+      a: { dash: "solid", width: 4, opacity: 0.55, symbol: "circle", size: 7 },
+      b: { dash: "dash", width: 1.5, opacity: 1, symbol: "diamond-open", size: 9 },
+    };
+    [["a", "A"], ["b", "B"]].forEach(function (side) {
+      var style = styles[side[0]];
       var run = data[side[0]];
       curves.forEach(function (curve, i) {
         traces.push({
@@ -23,8 +30,9 @@ document.addEventListener("DOMContentLoaded", function () {
           name: side[1] + " " + curve[1],
           x: run.turns,
           y: run[curve[0]],
-          line: { color: colours[i], dash: side[2], shape: "hv" },
-          marker: { size: 5 },
+          opacity: style.opacity,
+          line: { color: colours[i], dash: style.dash, width: style.width, shape: "hv" },
+          marker: { size: style.size, symbol: style.symbol, line: { width: 1.5, color: colours[i] } },
         });
       });
     });

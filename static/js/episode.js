@@ -174,15 +174,35 @@
     return values.map(function (v) { return Math.min(high + margin, Math.max(low - margin, v)); });
   }
 
+  // The curated set after each turn, read from that turn's working-memory panel, so the
+  // graph fills the documents curated as of the slider's turn rather than at the end.
+  function curatedByTurn() {
+    var sets = {};
+    each(".wm-col .per-turn", function (panel) {
+      var ids = {};
+      panel.querySelectorAll("ol.curated a.doc").forEach(function (a) { ids[a.textContent] = true; });
+      sets[panel.dataset.turn] = ids;
+    });
+    return sets;
+  }
+
+  // A node's label on the drawing: its title, cut short; the hover gives the whole of it.
+  function shortLabel(text) {
+    var label = String(text);
+    return label.length > 18 ? label.slice(0, 17) + "…" : label;
+  }
+
   function Graph(data, element, slider, output, stats) {
     // Edges arrive as [source node index, target node index, turn].
     var edges = data.edges.map(function (e) { return { s: e[0], t: e[1], turn: e[2] }; });
+    var curated = curatedByTurn();
     var position = forceLayout(data.nodes, edges);
     var growth = {};
     data.growth.forEach(function (row) { growth[row.turn] = row; });
 
     function nodeTrace(turn, type) {
-      var xs = [], ys = [], text = [], sizes = [], fill = [], ring = [], widths = [];
+      var xs = [], ys = [], text = [], labels = [], sizes = [], fill = [], ring = [], widths = [];
+      var curatedNow = curated[String(turn)] || {};
       var colours = { accent: H.cssVar("--accent"), muted: H.cssVar("--muted"),
                       gold: H.cssVar("--gold"), card: H.cssVar("--card"), warn: H.cssVar("--warn"),
                       border: H.cssVar("--border") };
@@ -192,11 +212,14 @@
         var fresh = node.turn === turn;
         if (type === "doc") {
           var gold = node.grade > 0;
+          var isCurated = curatedNow[node.id.slice(4)] === true;
           text.push(H.safe(node.label) + " · " + H.safe(node.id.slice(4)) +
             (gold ? " · gold (grade " + node.grade + ")" : "") +
-            (node.curated ? " · curated at the end" : "") + " · turn " + node.turn);
+            (isCurated ? " · curated after turn " + turn : "") +
+            (node.curated ? " · curated at the end" : "") + " · shown in turn " + node.turn);
+          labels.push(H.safe(shortLabel(node.label)));
           sizes.push(fresh ? 15 : 11);
-          fill.push(node.curated ? colours.accent : colours.card);
+          fill.push(isCurated ? colours.accent : colours.card);
           ring.push(gold ? colours.gold : (fresh ? colours.accent : colours.muted));
           widths.push(gold ? 3 : 1.5);
         } else {
@@ -207,9 +230,12 @@
           widths.push(0.5);
         }
       });
+      var isDoc = type === "doc";
       return {
-        type: "scatter", mode: "markers", x: xs, y: ys, text: text, hoverinfo: "text",
-        name: type === "doc" ? "documents" : "bridge entities",
+        type: "scatter", mode: isDoc ? "markers+text" : "markers", x: xs, y: ys,
+        text: isDoc ? labels : text, hovertext: text, hoverinfo: "text",
+        textposition: "top center", textfont: { size: 10, color: colours.muted },
+        name: isDoc ? "documents" : "bridge entities",
         marker: { size: sizes, color: fill, symbol: type === "doc" ? "circle" : "diamond",
                   line: { color: ring, width: widths } },
       };
@@ -244,6 +270,7 @@
       stats.textContent = describe(turn);
       var layout = H.layout({ showlegend: false, margin: { l: 8, r: 8, t: 8, b: 8 },
                               xaxis: hidden, yaxis: hidden, hovermode: "closest" });
+      if (!window.Plotly) return;  // drawn once plotly.js arrives (HarnessCharts.withPlotly)
       window.Plotly.react(element, [edgeTrace(turn), nodeTrace(turn, "entity"),
                                     nodeTrace(turn, "doc")], layout, H.config);
     };
@@ -317,17 +344,14 @@
     var graphData = H && H.readJson("graph-data");
     var graphElement = document.getElementById("graph-plot");
     var slider = document.getElementById("graph-turn");
-    if (window.Plotly && graphData && graphElement && slider) {
+    if (graphData && graphElement && slider) {
       graph = new Graph(graphData, graphElement, slider, document.getElementById("graph-turn-out"),
                         document.getElementById("graph-stats"));
       slider.addEventListener("input", function () { show(parseInt(slider.value, 10)); });
     }
     var recallData = H && H.readJson("recall-data");
     var recallElement = document.getElementById("recall-plot");
-    if (window.Plotly && recallData && recallElement) {
-      recall = new Recall(recallData, recallElement);
-      recall.draw();
-    }
+    if (recallData && recallElement) recall = new Recall(recallData, recallElement);
     document.addEventListener("keydown", onKey);
     document.addEventListener("click", onClick);
     window.addEventListener("hashchange", function () {
@@ -338,9 +362,13 @@
     show(initial === null ? turns[turns.length - 1] : initial, { hash: initial !== null });
     if (initial !== null) document.getElementById("turn-" + current).scrollIntoView();
     if (H) {
-      H.onThemeChange(function () {
+      H.withPlotly(function () {
         if (recall) recall.draw();
         if (graph) graph.update(current);
+        H.onThemeChange(function () {
+          if (recall) recall.draw();
+          if (graph) graph.update(current);
+        });
       });
     }
   });

@@ -247,6 +247,42 @@ def test_group_view_sorts_samples_by_reward_with_advantages(researcher_client, r
     assert "★" in page  # gold documents among the curated ones
 
 
+def test_identical_samples_share_one_card_with_a_neutral_zero_advantage(
+    researcher_client, ran_batch
+) -> None:
+    group = ran_batch.groups.order_by("pk").first()  # the deterministic baseline, twice
+    view = group_view(pk=group.pk)
+    assert len(view.samples) == 1 and view.samples[0].count == 2
+    assert view.samples[0].advantage == 0 and view.zero_variance
+    page = researcher_client.get(f"/groups/{group.pk}/").content.decode()
+    assert page.count('class="card sample"') == 1
+    assert "×2 identical" in page and "gives no learning signal" in page
+    assert "status-bad" not in page  # 0.000 is not shown as a loss
+    assert "2 samples of one query" in page
+
+
+def test_samples_that_differ_keep_their_own_cards(researcher_client, ran_batch) -> None:
+    group = ran_batch.groups.order_by("pk").first()
+    first = group.episodes.order_by("sample_index").first()
+    Episode.objects.filter(pk=first.pk).update(curated_recall=0.123)
+    view = group_view(pk=group.pk)
+    assert [s.count for s in view.samples] == [1, 1]
+    page = researcher_client.get(f"/groups/{group.pk}/").content.decode()
+    assert "identical" not in page
+
+
+def test_the_filtered_count_agrees_in_number(researcher_client, ran_batch) -> None:
+    one = ran_batch.episodes.order_by("pk").first()
+    ran_batch.episodes.update(curated_recall=0.0)
+    Episode.objects.filter(pk=one.pk).update(curated_recall=1.0)
+    filters = {"batch": ran_batch.pk, "curated_recall_min": "1"}
+    page = researcher_client.get("/episodes/", filters).content.decode()
+    assert "1 episode matches these filters" in page
+    filters["curated_recall_min"] = "0"
+    page = researcher_client.get("/episodes/", filters).content.decode()
+    assert f"{ran_batch.episodes.count()} episodes match these filters" in page
+
+
 def test_group_view_costs_four_queries(
     researcher_client, ran_batch, django_assert_num_queries
 ) -> None:
@@ -271,6 +307,9 @@ def test_compare_aligns_two_runs_of_a_query_turn_by_turn(
     assert data["a"]["curated"] == list(a.turn_rows.values_list("curated_recall", flat=True))
     assert data["b"]["turns"] == list(b.turn_rows.values_list("index", flat=True))
     assert "in-both" in page
+    # The settings that differ are highlighted; the policy version, shared, is not.
+    assert '<tr class="differs"><th>Ablation</th>' in page
+    assert "<tr><th>Policy version</th>" in page
 
 
 def test_compare_costs_four_queries(

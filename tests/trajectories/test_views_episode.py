@@ -13,6 +13,7 @@ from trajectories.selectors.episode import episode_view, highlight
 from trajectories.selectors.graph import graph_growth
 from trajectories.selectors.tokens import token_strips
 from trajectories.selectors.turns import Gold, turn_states
+from trajectories.services.rollouts import batch_cancel, batch_create
 
 pytestmark = pytest.mark.django_db
 
@@ -283,6 +284,27 @@ def test_annotators_can_browse_episodes(annotator_client, episode) -> None:
 
 def test_unknown_episode_is_404(researcher_client, db) -> None:
     assert researcher_client.get("/episodes/999999/").status_code == 404
+
+
+def test_a_cancelled_episode_says_it_was_cancelled_and_when(
+    researcher_client, demo_benchmark, baseline_policy, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks():
+        batch = batch_create(benchmark=demo_benchmark, policy=baseline_policy, query_limit=1)
+    batch_cancel(batch=batch)
+    episode = batch.episodes.get()
+    page = researcher_client.get(f"/episodes/{episode.pk}/").content.decode()
+    assert f"Cancelled on {episode.finished_at:%Y-%m-%d %H:%M} UTC with its batch" in page
+    assert "No turns recorded yet" not in page
+
+
+def test_the_reward_breakdown_folds_into_one_line(researcher_client, episode) -> None:
+    page = researcher_client.get(f"/episodes/{episode.pk}/").content.decode()
+    breakdown = page[page.index('<details class="reward-breakdown">') :]
+    breakdown = breakdown[: breakdown.index("</details>")]
+    assert f'Reward <b class="num">{episode.reward:.3f}</b>' in breakdown
+    components = [name for name in episode.reward_components if name != "total"]
+    assert components and all(f"<dt>{name}</dt>" in breakdown for name in components)
 
 
 # --- untrusted text ------------------------------------------------------------------------

@@ -4,7 +4,7 @@ and a group's samples side by side."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -205,6 +205,13 @@ class GroupSample:
     episode: Episode
     advantage: float | None  # reward minus the group's mean reward
     curated: list[CuratedDoc]
+    # Later samples that ended exactly like `episode` (a deterministic policy's repeats),
+    # shown on its card as "×N identical" rather than as cards of their own.
+    identical: tuple[Episode, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return 1 + len(self.identical)
 
 
 @dataclass(frozen=True)
@@ -214,9 +221,64 @@ class GroupView:
     mean_reward: float | None
     gold: dict[str, int]  # document external id -> grade, relevant ones only
 
+    @property
+    def episodes_total(self) -> int:
+        return sum(sample.count for sample in self.samples)
+
+    @property
+    def zero_variance(self) -> bool:
+        """Every sample earned the same reward: every advantage is 0, so GRPO-style training
+        learns nothing from this group."""
+        rewarded = [s for s in self.samples if s.advantage is not None]
+        equal = bool(rewarded) and all(s.advantage == 0 for s in rewarded)
+        return self.episodes_total > 1 and equal
+
+
+# Rewards closer than this are equal: a mean of equal floats can differ from them in the
+# last bit, which would print as a red -0.000 advantage.
+ADVANTAGE_EPSILON = 1e-9
+# What makes two samples of a group identical on the page: every figure a card shows.
+SAMPLE_OUTCOME = (
+    "status",
+    "reward",
+    "curated_recall",
+    "final_answer_recall",
+    "trajectory_recall",
+    "turns",
+    "tool_diversity",
+    "termination_reason",
+)
+
+
+def _advantage(reward: float | None, mean: float | None) -> float | None:
+    if reward is None or mean is None:
+        return None
+    advantage = reward - mean
+    return 0.0 if abs(advantage) < ADVANTAGE_EPSILON else advantage
+
+
+def _collapse_identical(samples: list[GroupSample]) -> list[GroupSample]:
+    """Samples with the same outcome and final curated set folded into the first of them.
+
+    The samples arrive sorted by reward, so identical ones are neighbours."""
+    out: list[GroupSample] = []
+    for sample in samples:
+        previous = out[-1] if out else None
+        if previous is not None and _same_outcome(previous, sample):
+            out[-1] = replace(previous, identical=(*previous.identical, sample.episode))
+        else:
+            out.append(sample)
+    return out
+
+
+def _same_outcome(a: GroupSample, b: GroupSample) -> bool:
+    fields = all(getattr(a.episode, f) == getattr(b.episode, f) for f in SAMPLE_OUTCOME)
+    return fields and a.curated == b.curated
+
 
 def group_view(*, pk: int) -> GroupView | None:
-    """A group's samples, best reward first, with advantages and final curated sets.
+    """A group's samples, best reward first, with advantages and final curated sets;
+    identical samples share one entry.
 
     Four queries: the group, its episodes, their curated items, the query's qrels.
     """
@@ -237,15 +299,11 @@ def group_view(*, pk: int) -> GroupView | None:
     grades = query_grades(query_id=group.query_id)
     curated = _curated_by_episode(group, grades)
     samples = [
-        GroupSample(
-            episode=e,
-            advantage=None if e.reward is None or mean is None else e.reward - mean,
-            curated=curated.get(e.pk, []),
-        )
+        GroupSample(episode=e, advantage=_advantage(e.reward, mean), curated=curated.get(e.pk, []))
         for e in episodes
     ]
     gold = {doc: grade for doc, grade in grades.items() if grade > 0}
-    return GroupView(group=group, samples=samples, mean_reward=mean, gold=gold)
+    return GroupView(group=group, samples=_collapse_identical(samples), mean_reward=mean, gold=gold)
 
 
 def _curated_by_episode(group: RolloutGroup, grades: dict[str, int]) -> dict[int, list[CuratedDoc]]:
