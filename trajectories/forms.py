@@ -307,3 +307,55 @@ class AblationMatrixLaunchForm(forms.Form):
         # In the reference's order, whatever order the browser sent them in.
         chosen = set(self.cleaned_data["conditions"])
         return [name for name in REFERENCE_CONDITIONS if name in chosen]
+
+
+class RecordingCreateForm(forms.Form):
+    """The recording page's new-session form; the sampling overrides are checked again,
+    field by field, by `sampling_overrides_parse` when the session is created."""
+
+    name = forms.CharField(required=False, max_length=200)
+    task = forms.CharField(
+        required=False, max_length=200, help_text="sessions with the same task are one RL group"
+    )
+    ttl_hours = forms.FloatField(
+        label="Key valid for (hours)",
+        initial=24,
+        min_value=0.02,
+        widget=forms.NumberInput({"step": "any"}),
+    )
+    temperature = forms.FloatField(
+        required=False,
+        help_text="replaces the agent's, 0 to 2",
+        widget=forms.NumberInput({"step": "any"}),
+    )
+    top_p = forms.FloatField(
+        required=False,
+        help_text="replaces the agent's, above 0 up to 1",
+        widget=forms.NumberInput({"step": "any"}),
+    )
+    max_tokens = forms.IntegerField(required=False, help_text="ceiling for every call's max_tokens")
+    model_map = forms.CharField(
+        required=False,
+        label="Model map",
+        help_text='one "asked=served" per line; "*=served" maps every other name',
+        widget=forms.Textarea({"rows": 3}),
+    )
+
+    def clean_model_map(self) -> dict[str, str]:
+        mapping: dict[str, str] = {}
+        for number, line in enumerate(self.cleaned_data["model_map"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            asked, sep, served = line.partition("=")
+            if not sep or not asked.strip() or not served.strip():
+                raise forms.ValidationError(f'line {number}: write "asked=served", got {line!r}')
+            mapping[asked.strip()] = served.strip()
+        return mapping
+
+    def ttl_s(self) -> int:
+        return round(self.cleaned_data["ttl_hours"] * 3600)
+
+    def sampling(self) -> dict[str, Any]:
+        """The overrides as the service takes them, leaving out what was left empty."""
+        keys = ("model_map", "temperature", "top_p", "max_tokens")
+        return {k: self.cleaned_data[k] for k in keys if self.cleaned_data[k] not in (None, {})}

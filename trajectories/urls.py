@@ -1,6 +1,14 @@
 from django.urls import include, path
 
-from trajectories.views import ablations, annotation, batches, dashboard, episodes, harness_tasks
+from trajectories.views import (
+    ablations,
+    annotation,
+    batches,
+    dashboard,
+    episodes,
+    harness_tasks,
+    recordings,
+)
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
@@ -49,6 +57,11 @@ urlpatterns = [
         "harness/groups/<int:pk>/", harness_tasks.harness_group_detail, name="harness_group_detail"
     ),
     path("harness/runs/<int:pk>/", harness_tasks.harness_run_detail, name="harness_run_detail"),
+    # recording sessions behind the proxy (docs/proxy.md)
+    path("recordings/", recordings.recording_list, name="recording_list"),
+    path("recordings/new/", recordings.recording_create, name="recording_create"),
+    path("recordings/<int:pk>/close/", recordings.recording_close, name="recording_close"),
+    path("recordings/<int:pk>/revoke/", recordings.recording_revoke, name="recording_revoke"),
     # the annotator pages (trajectories/annotation.py)
     path("annotate/", annotation.annotate_queue, name="annotate_queue"),
     path("annotate/episodes/<int:pk>/", annotation.annotate_review, name="annotate_review"),

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, Max, QuerySet, Sum
+from django.db.models.functions import Coalesce, Length
 
 from harness_app.harness.llm.reconstruct import (
     PREFIX_MERGE,
@@ -44,6 +45,26 @@ MODES = (*STRATEGIES, *STRATEGY_ALIASES)
 
 def recording_sessions() -> QuerySet[RecordingSession]:
     return RecordingSession.objects.select_related("episode", "created_by").order_by("-pk")
+
+
+# Token ids are packed as 4-byte ints (models.pack_ints), so a blob's length / 4 counts them.
+_CALL_TOKEN_BYTES = Length("episode__model_calls__prompt_token_ids_blob") + Length(
+    "episode__model_calls__completion_token_ids_blob"
+)
+
+
+def recording_sessions_for_list() -> QuerySet[RecordingSession]:
+    """Sessions newest first with `call_count`, `token_count` (prompt + completion ids of
+    every call) and `last_call_at`, counted in the same query as the rows."""
+    return (
+        recording_sessions()
+        .order_by("-created_at", "-pk")
+        .annotate(
+            call_count=Count("episode__model_calls"),
+            token_count=Coalesce(Sum(_CALL_TOKEN_BYTES), 0) / 4,
+            last_call_at=Max("episode__model_calls__created_at"),
+        )
+    )
 
 
 def recording_session_manageable_by(session: RecordingSession, user: Any) -> bool:
