@@ -124,3 +124,16 @@ def test_another_researcher_is_refused_with_a_message(client, researcher):
     session.refresh_from_db()
     assert session.closed_at is None and session.revoked_at is None
     assert not ModelCall.objects.exists()
+
+
+def test_staff_close_a_colleagues_session_and_expired_ones_show_as_expired(client, researcher):
+    session, _ = recording_session_create(user=researcher, name="a")
+    stale, _ = recording_session_create(user=researcher, name="b")
+    RecordingSession.objects.filter(pk=stale.pk).update(expires_at=stale.created_at)
+    staff = factories.user("sam", Role.RESEARCHER)
+    staff.is_staff = True
+    staff.save()
+    client.force_login(staff)
+    client.post(f"/recordings/{session.pk}/close/")
+    body = client.get("/recordings/").content.decode()
+    assert ">closed</td>" in body and ">expired</td>" in body and ">Close</button>" not in body
