@@ -17,6 +17,8 @@ Queue is imported only by `kombu_queues`).
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -107,6 +109,57 @@ def kombu_queues() -> list[Any]:
     from kombu import Queue as KombuQueue
 
     return [KombuQueue(name, routing_key=name) for name in queue_names()]
+
+
+# How long an answer of the live workers is reused: /healthz and every waiting command
+# ask at most this often, and each question costs up to CONSUMERS_TIMEOUT_S.
+CONSUMERS_CACHE_S = 10.0
+CONSUMERS_TIMEOUT_S = 1.0
+_consumers_lock = threading.Lock()
+_consumers_cache: tuple[float, frozenset[str]] | None = None
+
+
+def queues_without_consumers(
+    names: Sequence[str] | None = None, *, timeout: float = CONSUMERS_TIMEOUT_S
+) -> list[str]:
+    """The queues among `names` (every declared queue by default) that no live worker
+    consumes, in declaration order. Work sent to one of them waits for ever, silently: a
+    worker started with `--queues=celery` serves the SFT exports and nothing else.
+
+    Asks every worker for its queues (Celery's `inspect().active_queues()`, waiting at
+    most `timeout` seconds for the answers) and reuses the answer for CONSUMERS_CACHE_S.
+    Raises kombu's OperationalError when the broker is unreachable: then nobody knows.
+    """
+    consumed = _consumed_queues(timeout)
+    wanted = queue_names() if names is None else list(dict.fromkeys(names))
+    return [name for name in wanted if name not in consumed]
+
+
+def _consumed_queues(timeout: float) -> frozenset[str]:
+    global _consumers_cache
+    # One question at a time; a caller behind a question that hangs (a broker that never
+    # answers) gives up instead of queueing behind it.
+    if not _consumers_lock.acquire(timeout=timeout + 1):
+        raise TimeoutError("an earlier question to the workers is still waiting")
+    try:
+        now = time.monotonic()
+        if _consumers_cache is not None and now - _consumers_cache[0] < CONSUMERS_CACHE_S:
+            return _consumers_cache[1]
+        from celery import current_app
+
+        replies = current_app.control.inspect(timeout=timeout).active_queues() or {}
+        consumed = frozenset(q["name"] for queues in replies.values() for q in queues or ())
+        _consumers_cache = (time.monotonic(), consumed)
+        return consumed
+    finally:
+        _consumers_lock.release()
+
+
+def consumers_forget() -> None:
+    """Drop the cached answer (tests; a caller that has just started a worker)."""
+    global _consumers_cache
+    with _consumers_lock:
+        _consumers_cache = None
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -83,7 +83,8 @@ def start_worker(
             "config",
             "worker",
             "--loglevel=INFO",
-            f"--queues={queues}",
+            # An empty `queues` starts a plain worker, which serves CELERY_TASK_QUEUES.
+            *([f"--queues={queues}"] if queues else []),
             f"--concurrency={concurrency}",
             f"--pool={pool}",
             f"--hostname={name}@%h",
