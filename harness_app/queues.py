@@ -157,9 +157,58 @@ def _consumed_queues(timeout: float) -> frozenset[str]:
 
 def consumers_forget() -> None:
     """Drop the cached answer (tests; a caller that has just started a worker)."""
-    global _consumers_cache
+    global _consumers_cache, _in_hand_cache
     with _consumers_lock:
-        _consumers_cache = None
+        _consumers_cache = _in_hand_cache = None
+
+
+# The several worker_ready handlers of one starting worker share one question.
+_in_hand_cache: tuple[float, frozenset[tuple[str, tuple[Any, ...]]]] | None = None
+IN_HAND_CACHE_S = 5.0
+
+
+def tasks_in_hand(
+    *, timeout: float = CONSUMERS_TIMEOUT_S
+) -> frozenset[tuple[str, tuple[Any, ...]]]:
+    """(task name, args) of every task a live worker is running, holds prefetched or holds
+    until its countdown: a job marked running whose task is not among them lost its worker.
+
+    Asks every worker (`inspect()` active, reserved and scheduled, `timeout` seconds each)
+    and reuses the answer for IN_HAND_CACHE_S. A worker that does not answer in time
+    counts as dead, so a worker on the solo pool, which cannot answer while it runs a
+    task, must not share a broker with workers that recover jobs. Raises kombu's
+    OperationalError when the broker is unreachable.
+    """
+    global _in_hand_cache
+    now = time.monotonic()
+    if _in_hand_cache is not None and now - _in_hand_cache[0] < IN_HAND_CACHE_S:
+        return _in_hand_cache[1]
+    from celery import current_app
+
+    inspect = current_app.control.inspect(timeout=timeout)
+    requests: list[Any] = []
+    for replies in (inspect.active(), inspect.reserved()):
+        requests += [r for found in (replies or {}).values() for r in found or ()]
+    for found in (inspect.scheduled() or {}).values():
+        requests += [entry["request"] for entry in found or ()]
+    in_hand = {(r["name"], _args(r.get("args"))) for r in requests}
+    # A worker asking from its worker_ready handler cannot answer itself, yet may already
+    # hold a message (one the broker redelivered after its first worker died).
+    from celery.worker import state
+
+    for request in (*state.reserved_requests, *state.active_requests):
+        in_hand.add((request.name, _args(request.args)))
+    _in_hand_cache = (time.monotonic(), frozenset(in_hand))
+    return _in_hand_cache[1]
+
+
+def _args(raw: Any) -> tuple[Any, ...]:
+    # Celery reports a request's args as a list; older workers sent their repr.
+    if isinstance(raw, str):
+        import ast
+
+        raw = ast.literal_eval(raw)
+    return tuple(raw or ())
 
 
 def main(argv: Sequence[str] | None = None) -> None:
