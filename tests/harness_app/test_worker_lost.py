@@ -45,7 +45,7 @@ def test_an_import_whose_worker_is_killed_is_run_again_and_its_upload_removed(
 ) -> None:
     doomed = start_worker(tmp_path, queues=queues.INDEX, name="doomed")
     try:
-        upload = SimpleUploadedFile("big.json", big_hotpot(4000))
+        upload = SimpleUploadedFile("big.json", big_hotpot(10_000))
         job = import_job_create(
             upload=upload, name="big", split="dev", replace=False, created_by=None
         )
@@ -56,6 +56,10 @@ def test_an_import_whose_worker_is_killed_is_run_again_and_its_upload_removed(
             what=f"the import to start\n{doomed.log()[-3000:]}",
         )
         assert _status(job) == ImportStatus.RUNNING
+        # The live worker says it holds the import, so a worker starting now leaves it be.
+        queues.consumers_forget()
+        assert (queues.IMPORT_JOB_RUN, (job.pk,)) in queues.tasks_in_hand(timeout=1)
+        assert import_jobs_recover(in_hand=queues.tasks_in_hand()) == 0
     finally:
         doomed.kill()  # SIGKILL, main process and pool: nothing runs its finally blocks
     assert _status(job) == ImportStatus.RUNNING and folder.is_dir()
@@ -71,7 +75,7 @@ def test_an_import_whose_worker_is_killed_is_run_again_and_its_upload_removed(
         survivor.stop()
     job.refresh_from_db()
     assert job.status == ImportStatus.DONE, job.message
-    assert job.documents == 40_000
+    assert job.documents == 100_000
     assert not folder.exists()
     assert "lost its worker: re-queued" in survivor.log()
 
