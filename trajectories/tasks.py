@@ -88,9 +88,11 @@ def _recover_on_start(**_: Any) -> None:
     except Exception:  # a worker must start even if the database is not migrated yet
         log.exception("could not recover stale episodes at worker start")
     try:
-        ablations.ablation_matrices_recover(in_hand=queues.tasks_in_hand())
+        in_hand = queues.tasks_in_hand()
+        ablations.ablation_matrices_recover(in_hand=in_hand)
+        harness_runs.harness_runs_recover(in_hand=in_hand)
     except Exception:
-        log.exception("could not recover the ablation matrices of dead workers at worker start")
+        log.exception("could not recover the matrices and runs of dead workers at worker start")
 
 
 @worker_init.connect
