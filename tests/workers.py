@@ -58,6 +58,7 @@ def start_worker(
     pool: str = "prefork",
     name: str = "worker",
     extra_env: dict[str, str] | None = None,
+    app: str = "config",
 ) -> LiveWorker:
     env = dict(os.environ)
     test_db = connection.settings_dict["NAME"]
@@ -80,7 +81,7 @@ def start_worker(
             "-m",
             "celery",
             "-A",
-            "config",
+            app,
             "worker",
             "--loglevel=INFO",
             # An empty `queues` starts a plain worker, which serves CELERY_TASK_QUEUES.

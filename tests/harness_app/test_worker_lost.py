@@ -12,27 +12,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from harness_app import queues
 from harness_app.models import ImportJob, ImportStatus
 from harness_app.services.import_jobs import import_job_create, import_jobs_recover
+from tests.harness_app.conftest import HOTPOT
 from tests.workers import start_worker, wait_until
-
-
-def big_hotpot(questions: int) -> bytes:
-    """A HotpotQA file large enough that its import takes seconds: 10 documents a question."""
-    records = [
-        {
-            "_id": f"q{i}",
-            "question": f"Which valley holds the mill of question {i}?",
-            "answer": f"Valley {i}",
-            "type": "bridge",
-            "level": "easy",
-            "supporting_facts": [[f"Mill {i} 0", 0]],
-            "context": [
-                [f"Mill {i} {k}", [f"Mill {i} {k} stands in Valley {i}.", f" It grinds {k}."]]
-                for k in range(10)
-            ],
-        }
-        for i in range(questions)
-    ]
-    return json.dumps(records).encode()
 
 
 def _status(job: ImportJob) -> str:
@@ -43,19 +24,21 @@ def _status(job: ImportJob) -> str:
 def test_an_import_whose_worker_is_killed_is_run_again_and_its_upload_removed(
     tmp_path: Path,
 ) -> None:
-    doomed = start_worker(tmp_path, queues=queues.INDEX, name="doomed")
+    # Its imports pause for a minute once running: it dies well inside that pause.
+    doomed = start_worker(
+        tmp_path, queues=queues.INDEX, name="doomed", app="tests.fakes.slow_import_worker"
+    )
     try:
-        upload = SimpleUploadedFile("big.json", big_hotpot(10_000))
+        upload = SimpleUploadedFile("hotpot.json", json.dumps(HOTPOT).encode())
         job = import_job_create(
-            upload=upload, name="big", split="dev", replace=False, created_by=None
+            upload=upload, name="hp", split="dev", replace=False, created_by=None
         )
         folder = Path(job.upload_path).parent
         wait_until(
-            lambda: (folder / "progress.json").is_file(),
-            timeout=120,
+            lambda: _status(job) == ImportStatus.RUNNING,
+            timeout=60,
             what=f"the import to start\n{doomed.log()[-3000:]}",
         )
-        assert _status(job) == ImportStatus.RUNNING
         # The live worker says it holds the import, so a worker starting now leaves it be.
         queues.consumers_forget()
         assert (queues.IMPORT_JOB_RUN, (job.pk,)) in queues.tasks_in_hand(timeout=1)
@@ -75,7 +58,7 @@ def test_an_import_whose_worker_is_killed_is_run_again_and_its_upload_removed(
         survivor.stop()
     job.refresh_from_db()
     assert job.status == ImportStatus.DONE, job.message
-    assert job.documents == 100_000
+    assert (job.documents, job.queries) == (6, 3)
     assert not folder.exists()
     assert "lost its worker: re-queued" in survivor.log()
 
