@@ -10,6 +10,10 @@ tasks module; a tasks module imports its services (a task takes ids, loads nothi
 and calls one service). The names below are the ones Celery generated before they were
 declared here, so messages already in a broker still find their task.
 
+`queues_without_consumers` (queues no live worker serves: /healthz, run_batch --wait) and
+`tasks_in_hand` (tasks live workers hold: the sweep for jobs whose worker died) ask the
+live workers through Celery's remote control.
+
 This module imports neither Django nor Celery at import time: settings read it (kombu's
 Queue is imported only by `kombu_queues`).
 """
@@ -167,17 +171,16 @@ _in_hand_cache: tuple[float, frozenset[tuple[str, tuple[Any, ...]]]] | None = No
 IN_HAND_CACHE_S = 5.0
 
 
-def tasks_in_hand(
-    *, timeout: float = CONSUMERS_TIMEOUT_S
-) -> frozenset[tuple[str, tuple[Any, ...]]]:
+def tasks_in_hand(*, timeout: float = 2.0) -> frozenset[tuple[str, tuple[Any, ...]]]:
     """(task name, args) of every task a live worker is running, holds prefetched or holds
     until its countdown: a job marked running whose task is not among them lost its worker.
 
-    Asks every worker (`inspect()` active, reserved and scheduled, `timeout` seconds each)
-    and reuses the answer for IN_HAND_CACHE_S. A worker that does not answer in time
-    counts as dead, so a worker on the solo pool, which cannot answer while it runs a
-    task, must not share a broker with workers that recover jobs. Raises kombu's
-    OperationalError when the broker is unreachable.
+    Pings every worker (waiting `timeout` seconds), then asks those that answered for
+    their active, reserved and scheduled tasks (each answer awaited as long again, no
+    longer than it takes them all to answer), and reuses the result for IN_HAND_CACHE_S.
+    A worker that does not answer the ping in time counts as dead, so a worker on the solo
+    pool, which cannot answer while it runs a task, must not share a broker with workers
+    that recover jobs. Raises kombu's OperationalError when the broker is unreachable.
     """
     global _in_hand_cache
     now = time.monotonic()
@@ -185,12 +188,15 @@ def tasks_in_hand(
         return _in_hand_cache[1]
     from celery import current_app
 
-    inspect = current_app.control.inspect(timeout=timeout)
+    control = current_app.control
+    alive = [name for reply in control.ping(timeout=timeout) or () for name in reply]
     requests: list[Any] = []
-    for replies in (inspect.active(), inspect.reserved()):
-        requests += [r for found in (replies or {}).values() for r in found or ()]
-    for found in (inspect.scheduled() or {}).values():
-        requests += [entry["request"] for entry in found or ()]
+    if alive:
+        inspect = control.inspect(destination=alive, timeout=timeout)
+        for replies in (inspect.active(), inspect.reserved()):
+            requests += [r for found in (replies or {}).values() for r in found or ()]
+        for found in (inspect.scheduled() or {}).values():
+            requests += [entry["request"] for entry in found or ()]
     in_hand = {(r["name"], _args(r.get("args"))) for r in requests}
     # A worker asking from its worker_ready handler cannot answer itself, yet may already
     # hold a message (one the broker redelivered after its first worker died).
