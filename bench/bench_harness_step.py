@@ -26,9 +26,12 @@ Prints figures, asserts nothing. Run from the project root:
   long-lived worker would; "hot" replays episodes already run, like the N samples of one
   GRPO group. The index files themselves stay in the OS page cache, as they do for
   workers sharing one index.
-- GC: after loading the corpus the script calls gc.freeze(), as a rollout worker should
-  (see docs/harness.md); without it, full collections over the corpus objects roughly
-  double p99. Pass --no-freeze to see that.
+- GC: by default (`--gc worker`) the script sets the collector up as a worker does
+  (harness_app/harness/gc_policy.py: gc.freeze() after loading, raised thresholds, and
+  between two episodes a collection whose survivors are frozen). `--gc freeze` is what
+  it did before issue 21.12 (gc.freeze() after loading, default thresholds): full
+  collections over the filling caches then land inside steps and set the p99
+  (docs/harness.md, "Garbage collection"). `--no-freeze` skips both.
 - WM size: an episode that curates 30 documents in turn 1, then keeps acting, with the
   context limit lifted so it reaches turn 40. Tokens are estimated as chars/4 (the harness
   estimate); tiktoken's cl100k_base count is added when tiktoken is installed.
@@ -57,7 +60,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness_app.harness import compress, dedup, graph, working_memory  # noqa: E402
+from harness_app.harness import compress, dedup, gc_policy, graph, working_memory  # noqa: E402
 from harness_app.harness.budget import estimate_tokens  # noqa: E402
 from harness_app.harness.config import HarnessConfig  # noqa: E402
 from harness_app.harness.env import SearchHarness  # noqa: E402
@@ -235,12 +238,42 @@ class RandomPolicy:
         return ToolCall(self.rng.choice(["curate", "searh", "verify"]), "{'bad': json")  # malformed
 
 
+WORKER_GC = False  # --gc worker: collect and freeze between episodes, as a worker does
+
+
+class GCPauses:
+    """Collections that ran inside a timed step: (generation, seconds) each."""
+
+    def __init__(self) -> None:
+        self.in_step = False
+        self.pauses: list[tuple[int, float]] = []
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if not self.in_step:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def take(self) -> list[tuple[int, float]]:
+        pauses, self.pauses = self.pauses, []
+        return pauses
+
+
+GC_PAUSES = GCPauses()
+
+
 def run_episodes(
     retriever: Retriever, queries: list[QuerySpec], episodes: int, seed: int, cold: bool
 ) -> dict[str, list[float]]:
     rng = random.Random(seed)
     timings: dict[str, list[float]] = defaultdict(list)
     for query in rng.sample(queries, min(episodes, len(queries))):
+        if WORKER_GC:
+            gc_policy.gc_between_tasks()  # an episode is one task in a worker
         if cold:
             clear_caches(retriever)
         env = SearchHarness(retriever, config=HarnessConfig())
@@ -249,9 +282,11 @@ def run_episodes(
         while not env.state.done:
             calls = policy.calls(env)
             before = retriever.seconds
+            GC_PAUSES.in_step = True
             start = time.perf_counter()
             env.step(calls)
             elapsed = time.perf_counter() - start - (retriever.seconds - before)
+            GC_PAUSES.in_step = False
             kind = "grep" if any(c.name == "grep_corpus" for c in calls) else "other"
             timings[kind].append(elapsed * 1e6)
             if len(calls) == 1:  # per-tool figures come from single-call steps only
@@ -298,6 +333,14 @@ def report_overhead(label: str, timings: dict[str, list[float]]) -> None:
             f"  {key[5:]:<16} n={len(values):<5} p50={percentile(values, 50):>6.0f}  "
             f"p99={percentile(values, 99):>7.0f}"
         )
+    pauses = GC_PAUSES.take()
+    counts = Counter(generation for generation, _ in pauses)
+    longest = max((seconds for _, seconds in pauses), default=0.0)
+    print(
+        f"  GC inside steps: {counts[0]} young, {counts[1]} middle, {counts[2]} full "
+        f"collections, {sum(s for _, s in pauses) * 1e3:.0f} ms in all, "
+        f"longest {longest * 1e3:.1f} ms"
+    )
 
 
 def token_counter() -> Any:
@@ -427,6 +470,7 @@ def run_modes(label: str, retriever: Retriever, queries: list[QuerySpec], args: 
     steady = run_episodes(retriever, queries, n, args.seed + 1, cold=False)
     report_overhead(f"{label}, steady", steady)
     run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False)  # fill, then replay
+    GC_PAUSES.take()  # the fill's collections are not the replay's
     hot = run_episodes(retriever, queries, n // 2, args.seed + 2, cold=False)
     report_overhead(f"{label}, hot", hot)
 
@@ -436,6 +480,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-freeze", action="store_true", help="skip gc.freeze()")
+    parser.add_argument(
+        "--gc",
+        choices=["worker", "freeze"],
+        default="worker",
+        help="worker: a rollout worker's GC settings (harness_app/harness/gc_policy.py); "
+        "freeze: only gc.freeze() after loading, default thresholds (before issue 21.12)",
+    )
     parser.add_argument(
         "--analysis",
         choices=["both", "computed", "stored"],
@@ -458,7 +509,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-harness-"))
     try:
         index = build_index(docs, work) if args.analysis != "computed" else None
-        if not args.no_freeze:
+        global WORKER_GC
+        if args.gc == "worker" and not args.no_freeze:
+            WORKER_GC = True
+            gc_policy.gc_setup()
+        elif not args.no_freeze:
             gc.freeze()
         per_document_costs(docs, index)
         if args.analysis != "stored":

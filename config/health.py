@@ -1,4 +1,5 @@
-"""/healthz: reachability of the database and the Celery broker.
+"""/healthz: reachability of the database and the Celery broker, and the queues that no
+live worker consumes.
 
 It lives beside the Celery app in config/, the top floor, because it reads that app's
 connection; the apps below never import config (docs/architecture.md, "Floors").
@@ -10,6 +11,10 @@ thread until its driver gives up; with eight stuck, later probes report "no answ
 once instead of piling up threads. The public answer names the component
 and what kind of failure it was; the driver's own message, which can carry host names
 and addresses, goes to the log only.
+
+A queue without a worker is reported ("queues_without_consumers", and the "workers"
+check) but does not turn the answer into a 503: the web process is healthy and the load
+balancer should keep sending it requests; a monitor alerts on the list instead.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from config.celery import app
+from harness_app import queues
 
 log = logging.getLogger(__name__)
 # Probes waiting at once; daemon threads, so a stuck one never holds up the process's exit.
@@ -40,10 +46,15 @@ _probe_slots = threading.BoundedSemaphore(8)
 class Check:
     ok: bool
     detail: str
+    queues: tuple[str, ...] = ()
 
 
 class _Down(Exception):
     """A probe's failure, in words fit for the public answer."""
+
+    def __init__(self, detail: str, queues: tuple[str, ...] = ()) -> None:
+        super().__init__(detail)
+        self.queues = queues
 
 
 def _database() -> str:
@@ -68,6 +79,18 @@ def _broker() -> str:
     except Exception as exc:
         log.warning("healthz: broker: %s: %s", type(exc).__name__, exc)
         raise _Down(f"unreachable ({type(exc).__name__})") from None
+
+
+def _workers() -> str:
+    timeout = min(queues.CONSUMERS_TIMEOUT_S, settings.HEALTH_CHECK_TIMEOUT_S / 2)
+    try:
+        missing = queues.queues_without_consumers(timeout=timeout)
+    except Exception as exc:
+        log.warning("healthz: workers: %s: %s", type(exc).__name__, exc)
+        raise _Down(f"unknown, broker unreachable ({type(exc).__name__})") from None
+    if missing:
+        raise _Down(f"no live worker consumes {', '.join(missing)}", tuple(missing))
+    return "every queue has a live worker"
 
 
 def _start(probe: Callable[[], str]) -> Future[str]:
@@ -100,7 +123,7 @@ def run_checks(probes: dict[str, Callable[[], str]], timeout_s: float) -> dict[s
         except FutureTimeout:
             checks[name] = Check(False, f"no answer within {timeout_s:g} s")
         except _Down as exc:
-            checks[name] = Check(False, str(exc))
+            checks[name] = Check(False, str(exc), exc.queues)
     return checks
 
 
@@ -108,10 +131,12 @@ def run_checks(probes: dict[str, Callable[[], str]], timeout_s: float) -> dict[s
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    checks = run_checks({"database": _database, "broker": _broker}, settings.HEALTH_CHECK_TIMEOUT_S)
-    healthy = all(c.ok for c in checks.values())
+    probes = {"database": _database, "broker": _broker, "workers": _workers}
+    checks = run_checks(probes, settings.HEALTH_CHECK_TIMEOUT_S)
+    healthy = checks["database"].ok and checks["broker"].ok
     body = {
         "status": "ok" if healthy else "unavailable",
         "checks": {name: {"ok": c.ok, "detail": c.detail} for name, c in checks.items()},
+        "queues_without_consumers": list(checks["workers"].queues),
     }
     return JsonResponse(body, status=200 if healthy else 503)

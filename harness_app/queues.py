@@ -10,6 +10,10 @@ tasks module; a tasks module imports its services (a task takes ids, loads nothi
 and calls one service). The names below are the ones Celery generated before they were
 declared here, so messages already in a broker still find their task.
 
+`queues_without_consumers` (queues no live worker serves: /healthz, run_batch --wait) and
+`tasks_in_hand` (tasks live workers hold: the sweep for jobs whose worker died) ask the
+live workers through Celery's remote control.
+
 This module imports neither Django nor Celery at import time: settings read it (kombu's
 Queue is imported only by `kombu_queues`).
 """
@@ -17,6 +21,8 @@ Queue is imported only by `kombu_queues`).
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -107,6 +113,108 @@ def kombu_queues() -> list[Any]:
     from kombu import Queue as KombuQueue
 
     return [KombuQueue(name, routing_key=name) for name in queue_names()]
+
+
+# How long an answer of the live workers is reused: /healthz and every waiting command
+# ask at most this often, and each question costs up to CONSUMERS_TIMEOUT_S.
+CONSUMERS_CACHE_S = 10.0
+CONSUMERS_TIMEOUT_S = 1.0
+_consumers_lock = threading.Lock()
+_consumers_cache: tuple[float, frozenset[str]] | None = None
+
+
+def queues_without_consumers(
+    names: Sequence[str] | None = None, *, timeout: float = CONSUMERS_TIMEOUT_S
+) -> list[str]:
+    """The queues among `names` (every declared queue by default) that no live worker
+    consumes, in declaration order. Work sent to one of them waits for ever, silently: a
+    worker started with `--queues=celery` serves the SFT exports and nothing else.
+
+    Asks every worker for its queues (Celery's `inspect().active_queues()`, waiting at
+    most `timeout` seconds for the answers) and reuses the answer for CONSUMERS_CACHE_S.
+    Raises kombu's OperationalError when the broker is unreachable: then nobody knows.
+    """
+    consumed = _consumed_queues(timeout)
+    wanted = queue_names() if names is None else list(dict.fromkeys(names))
+    return [name for name in wanted if name not in consumed]
+
+
+def _consumed_queues(timeout: float) -> frozenset[str]:
+    global _consumers_cache
+    # One question at a time; a caller behind a question that hangs (a broker that never
+    # answers) gives up instead of queueing behind it.
+    if not _consumers_lock.acquire(timeout=timeout + 1):
+        raise TimeoutError("an earlier question to the workers is still waiting")
+    try:
+        now = time.monotonic()
+        if _consumers_cache is not None and now - _consumers_cache[0] < CONSUMERS_CACHE_S:
+            return _consumers_cache[1]
+        from celery import current_app
+
+        replies = current_app.control.inspect(timeout=timeout).active_queues() or {}
+        consumed = frozenset(q["name"] for queues in replies.values() for q in queues or ())
+        _consumers_cache = (time.monotonic(), consumed)
+        return consumed
+    finally:
+        _consumers_lock.release()
+
+
+def consumers_forget() -> None:
+    """Drop the cached answer (tests; a caller that has just started a worker)."""
+    global _consumers_cache, _in_hand_cache
+    with _consumers_lock:
+        _consumers_cache = _in_hand_cache = None
+
+
+# The several worker_ready handlers of one starting worker share one question.
+_in_hand_cache: tuple[float, frozenset[tuple[str, tuple[Any, ...]]]] | None = None
+IN_HAND_CACHE_S = 5.0
+
+
+def tasks_in_hand(*, timeout: float = 2.0) -> frozenset[tuple[str, tuple[Any, ...]]]:
+    """(task name, args) of every task a live worker is running, holds prefetched or holds
+    until its countdown: a job marked running whose task is not among them lost its worker.
+
+    Pings every worker (waiting `timeout` seconds), then asks those that answered for
+    their active, reserved and scheduled tasks (each answer awaited as long again, no
+    longer than it takes them all to answer), and reuses the result for IN_HAND_CACHE_S.
+    A worker that does not answer the ping in time counts as dead, so a worker on the solo
+    pool, which cannot answer while it runs a task, must not share a broker with workers
+    that recover jobs. Raises kombu's OperationalError when the broker is unreachable.
+    """
+    global _in_hand_cache
+    now = time.monotonic()
+    if _in_hand_cache is not None and now - _in_hand_cache[0] < IN_HAND_CACHE_S:
+        return _in_hand_cache[1]
+    from celery import current_app
+
+    control = current_app.control
+    alive = [name for reply in control.ping(timeout=timeout) or () for name in reply]
+    requests: list[Any] = []
+    if alive:
+        inspect = control.inspect(destination=alive, timeout=timeout)
+        for replies in (inspect.active(), inspect.reserved()):
+            requests += [r for found in (replies or {}).values() for r in found or ()]
+        for found in (inspect.scheduled() or {}).values():
+            requests += [entry["request"] for entry in found or ()]
+    in_hand = {(r["name"], _args(r.get("args"))) for r in requests}
+    # A worker asking from its worker_ready handler cannot answer itself, yet may already
+    # hold a message (one the broker redelivered after its first worker died).
+    from celery.worker import state
+
+    for request in (*state.reserved_requests, *state.active_requests):
+        in_hand.add((request.name, _args(request.args)))
+    _in_hand_cache = (time.monotonic(), frozenset(in_hand))
+    return _in_hand_cache[1]
+
+
+def _args(raw: Any) -> tuple[Any, ...]:
+    # Celery reports a request's args as a list; older workers sent their repr.
+    if isinstance(raw, str):
+        import ast
+
+        raw = ast.literal_eval(raw)
+    return tuple(raw or ())
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -58,6 +58,7 @@ def start_worker(
     pool: str = "prefork",
     name: str = "worker",
     extra_env: dict[str, str] | None = None,
+    app: str = "config",
 ) -> LiveWorker:
     env = dict(os.environ)
     test_db = connection.settings_dict["NAME"]
@@ -80,10 +81,11 @@ def start_worker(
             "-m",
             "celery",
             "-A",
-            "config",
+            app,
             "worker",
             "--loglevel=INFO",
-            f"--queues={queues}",
+            # An empty `queues` starts a plain worker, which serves CELERY_TASK_QUEUES.
+            *([f"--queues={queues}"] if queues else []),
             f"--concurrency={concurrency}",
             f"--pool={pool}",
             f"--hostname={name}@%h",

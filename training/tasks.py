@@ -7,10 +7,16 @@ served by one process per trainer device (harness_app/queues.py).
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from celery import shared_task
+from celery.signals import worker_ready
 
 from harness_app import queues
 from training.services import rl_jobs, sft_exports, sft_jobs
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name=queues.SFT_EXPORT, acks_late=True, reject_on_worker_lost=True)
@@ -30,3 +36,16 @@ def sft_job_run_task(job_id: int) -> str:
     """A whole SFT job: train, publish the adapter, record the outcome."""
     job = sft_jobs.sft_job_run(job_id=job_id)
     return "gone" if job is None else job.status
+
+
+@worker_ready.connect
+def _recover_on_start(**_: Any) -> None:
+    """SFT exports and jobs left running by a worker that died fail with the reason. RL
+    jobs are not swept here: between two steps a job is running with no task in hand,
+    and each step is acked late, so the broker redelivers it."""
+    try:
+        in_hand = queues.tasks_in_hand()
+        sft_exports.sft_exports_recover(in_hand=in_hand)
+        sft_jobs.sft_jobs_recover(in_hand=in_hand)
+    except Exception:  # a worker must start even if the database or broker is not there
+        log.exception("could not recover the SFT work of dead workers at worker start")

@@ -9,11 +9,12 @@ from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import worker_ready
+from celery.signals import task_postrun, worker_init, worker_process_init, worker_ready
 from django.conf import settings
 from django.db import OperationalError
 
 from harness_app import queues
+from harness_app.harness import gc_policy
 from trajectories.rollout import episode_run
 from trajectories.services import ablations, harness_runs, rollouts
 
@@ -86,3 +87,23 @@ def _recover_on_start(**_: Any) -> None:
         rollouts.episodes_recover_stale()
     except Exception:  # a worker must start even if the database is not migrated yet
         log.exception("could not recover stale episodes at worker start")
+    try:
+        in_hand = queues.tasks_in_hand()
+        ablations.ablation_matrices_recover(in_hand=in_hand)
+        harness_runs.harness_runs_recover(in_hand=in_hand)
+    except Exception:
+        log.exception("could not recover the matrices and runs of dead workers at worker start")
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _gc_setup(**_: Any) -> None:
+    """Freeze what the worker loaded and raise the GC thresholds (harness/gc_policy.py):
+    in the main process, before the pool forks (children share the frozen pages), and
+    again in each pool process after its own set-up."""
+    gc_policy.gc_setup()
+
+
+@task_postrun.connect
+def _gc_between_tasks(**_: Any) -> None:
+    gc_policy.gc_between_tasks()

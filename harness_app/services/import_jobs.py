@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
 from django.conf import settings
@@ -113,6 +114,40 @@ def import_job_run(*, job_id: int) -> ImportJob | None:
         shutil.rmtree(upload.parent, ignore_errors=True)
     job.refresh_from_db()
     return job
+
+
+WORKER_LOST = "worker_lost"
+
+
+def import_jobs_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
+    """Imports marked running whose task no live worker holds (`in_hand`, from
+    queues.tasks_in_hand) lost their worker: killed, or its machine gone, mid-import.
+
+    The import is one transaction, rolled back with its worker, so the job is run again
+    from its upload, once. One that already lost a worker (it may be what kills them) or
+    whose upload is gone fails, saying so, and its upload folder is removed.
+    Returns how many were recovered.
+    """
+    recovered = 0
+    for job in ImportJob.objects.filter(status=ImportStatus.RUNNING):
+        if (queues.IMPORT_JOB_RUN, (job.pk,)) in in_hand:
+            continue
+        upload = Path(job.upload_path)
+        again = upload.is_file() and not job.message.startswith(WORKER_LOST)
+        if again:
+            message = f"{WORKER_LOST}: its worker died mid-import; running it again"
+            rows = ImportJob.objects.filter(pk=job.pk, status=ImportStatus.RUNNING)
+            if rows.update(status=ImportStatus.QUEUED, message=message):
+                queues.enqueue(queues.IMPORT_JOB_RUN, job.pk)
+        else:
+            why = "its worker died mid-import again" if upload.is_file() else "its upload is gone"
+            _import_job_finish(job, ImportStatus.FAILED, f"{WORKER_LOST}: {why}")
+            shutil.rmtree(upload.parent, ignore_errors=True)
+        logger.warning(
+            "import job %s lost its worker: %s", job.pk, "re-queued" if again else "failed"
+        )
+        recovered += 1
+    return recovered
 
 
 def _import_job_finish(

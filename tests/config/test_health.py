@@ -90,3 +90,40 @@ def test_healthz_answers_within_5_s_when_servers_accept_and_never_reply(tmp_path
     assert body["checks"]["database"] == {"ok": False, "detail": "no answer within 1 s"}
     assert body["checks"]["broker"] == {"ok": False, "detail": "no answer within 1 s"}
     assert elapsed < 5 + 3  # the answer in under 5 s, plus the subprocess's start-up
+
+
+@pytest.mark.django_db
+def test_healthz_names_the_queues_no_worker_consumes(client, monkeypatch) -> None:
+    from harness_app import queues
+
+    monkeypatch.setattr(queues, "_consumed_queues", lambda timeout: frozenset({"celery"}))
+    response = client.get("/healthz")
+    assert response.status_code == 200  # the web process itself is fine
+    body = response.json()
+    assert body["queues_without_consumers"] == [
+        "index",
+        "rollouts",
+        "rollouts_llm",
+        "training",
+    ]
+    assert body["checks"]["workers"]["ok"] is False
+    assert "rollouts_llm" in body["checks"]["workers"]["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plain_worker_consumes_every_queue(tmp_path, client) -> None:
+    """`celery -A config worker` with no --queues serves every declared queue (the
+    README's command), and /healthz, asking the live workers, says so."""
+    from harness_app import queues
+    from tests.workers import start_worker
+
+    worker = start_worker(tmp_path, queues="", concurrency=1)
+    try:
+        queues.consumers_forget()
+        assert queues.queues_without_consumers(timeout=2) == []
+        body = client.get("/healthz").json()
+        assert body["queues_without_consumers"] == []
+        assert body["checks"]["workers"]["ok"] is True
+    finally:
+        worker.stop()
+        queues.consumers_forget()

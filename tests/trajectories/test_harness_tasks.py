@@ -220,6 +220,21 @@ def test_a_run_found_running_was_lost_with_its_worker():
 
 
 @pytest.mark.django_db
+def test_a_run_no_live_worker_holds_is_an_error_when_a_worker_starts():
+    from harness_app import queues
+
+    lost, held = group_of(task_of(), size=2).runs.order_by("pk")
+    HarnessRun.objects.update(status=HarnessRunStatus.RUNNING)
+
+    assert harness_runs.harness_runs_recover(in_hand={(queues.HARNESS_RUN, (held.pk,))}) == 1
+    lost.refresh_from_db()
+    held.refresh_from_db()
+    assert lost.status == HarnessRunStatus.ERROR
+    assert lost.error.startswith("worker_lost: ") and lost.session.closed_at is not None
+    assert held.status == HarnessRunStatus.RUNNING
+
+
+@pytest.mark.django_db
 @pytest.mark.skipif(agent_clis.run_user() is None, reason="runs change user only under root")
 def test_under_root_the_harness_and_the_evaluation_run_unprivileged(settings):
     settings.PROXY_PUBLIC_URL = "http://127.0.0.1:9"

@@ -111,3 +111,18 @@ def test_run_batch_wait_prints_aggregate_metrics(
     assert summary["episodes_completed"] == 6
     assert 0.0 <= summary["metrics"]["curated_recall"] <= 1.0
     assert summary["metrics"]["n"] == 6
+
+
+def test_run_batch_wait_names_the_queue_no_worker_consumes(
+    demo_benchmark, baseline_policy, monkeypatch, capsys
+):
+    from harness_app import queues
+
+    monkeypatch.setattr(queues, "_consumed_queues", lambda timeout: frozenset({"celery"}))
+    with pytest.raises(CommandError, match="still queued after 1s"):
+        call_command(
+            "run_batch", "--benchmark", "demo", "--policy", "baseline", "--wait", "--timeout", "1"
+        )
+    err = capsys.readouterr().err
+    assert "no live worker consumes the queue 'rollouts'" in err
+    assert "--queues=rollouts" in err

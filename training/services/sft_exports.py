@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,28 @@ def _enqueue(export_id: int) -> None:
 
 def export_path(export: SFTExport) -> Path:
     return settings.DATA_DIR / "exports" / f"sft-{export.pk:06d}-{export.fmt}.jsonl"
+
+
+def sft_exports_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
+    """Exports marked running whose task no live worker holds (`in_hand`, from
+    queues.tasks_in_hand) lost their worker: each fails, saying so, and the partial files
+    its runs left are removed. Returns how many."""
+    lost = [
+        export
+        for export in SFTExport.objects.filter(status=ExportStatus.RUNNING)
+        if (queues.SFT_EXPORT, (export.pk,)) not in in_hand
+    ]
+    for export in lost:
+        target = export_path(export)
+        for partial in target.parent.glob(f"{target.name}.*.partial"):
+            partial.unlink(missing_ok=True)
+        SFTExport.objects.filter(pk=export.pk, status=ExportStatus.RUNNING).update(
+            status=ExportStatus.FAILED,
+            error="worker_lost: its worker died while writing the file; export again",
+            finished_at=timezone.now(),
+        )
+        log.warning("SFT export %s lost its worker: failed", export.pk)
+    return len(lost)
 
 
 @dataclass

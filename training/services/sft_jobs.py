@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import logging
 import time
+from collections.abc import Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -197,6 +198,17 @@ def _job_fail(job_id: int, error: str, *, attempt: int | None = None) -> None:
         rows = rows.filter(attempt=attempt)
     rows.update(status=SFTJobStatus.FAILED, error=error, finished_at=timezone.now())
     log.warning("SFT job %s failed: %s", job_id, error)
+
+
+def sft_jobs_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
+    """SFT jobs marked running whose task no live worker holds (`in_hand`, from
+    queues.tasks_in_hand) lost their worker: each fails, saying so; one with a checkpoint
+    can be resumed (sft_job_resume). Returns how many."""
+    running = SFTJob.objects.filter(status=SFTJobStatus.RUNNING)
+    lost = [job.pk for job in running if (queues.SFT_JOB_RUN, (job.pk,)) not in in_hand]
+    for job_id in lost:
+        _job_fail(job_id, "worker_lost: its worker died mid-training; resume it to go on")
+    return len(lost)
 
 
 # --- run -----------------------------------------------------------------------------------

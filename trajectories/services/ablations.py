@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -153,6 +153,22 @@ def ablation_matrix_run(*, matrix_id: int) -> AblationMatrix | None:
         )
     matrix.refresh_from_db()
     return matrix
+
+
+def ablation_matrices_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
+    """Matrices marked running whose task no live worker holds (`in_hand`, from
+    queues.tasks_in_hand) lost their worker: each fails, saying so (its episodes are in
+    memory only, so nothing is left to clean). Returns how many."""
+    running = AblationMatrix.objects.filter(status=MatrixStatus.RUNNING)
+    lost = [m.pk for m in running if (queues.ABLATION_MATRIX_RUN, (m.pk,)) not in in_hand]
+    AblationMatrix.objects.filter(pk__in=lost, status=MatrixStatus.RUNNING).update(
+        status=MatrixStatus.FAILED,
+        error="worker_lost: its worker died mid-run; run the matrix again",
+        finished_at=timezone.now(),
+    )
+    for matrix_id in lost:
+        log.warning("ablation matrix %s lost its worker: failed", matrix_id)
+    return len(lost)
 
 
 @transaction.atomic

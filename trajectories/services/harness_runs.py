@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import traceback
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -504,3 +505,14 @@ def harness_run_fail(*, run_id: int, error: str) -> str:
         return "skipped"
     _run_finish(run_id, RunOutcome(status=HarnessRunStatus.ERROR, error=error))
     return HarnessRunStatus.ERROR
+
+
+def harness_runs_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
+    """Runs marked running whose task no live worker holds (`in_hand`, from
+    queues.tasks_in_hand) lost their worker: each is an error, saying so, its session
+    closed, without waiting for the broker to redeliver the task. Returns how many."""
+    running = HarnessRun.objects.filter(status=HarnessRunStatus.RUNNING)
+    lost = [r.pk for r in running if (queues.HARNESS_RUN, (r.pk,)) not in in_hand]
+    for run_id in lost:
+        harness_run_fail(run_id=run_id, error="worker_lost: the worker running it died")
+    return len(lost)

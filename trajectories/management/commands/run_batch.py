@@ -11,11 +11,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from harness_app import queues
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import BatchStatus, RolloutBatch
 from trajectories.prefixes import PrefixFileError, prefixes_read
 from trajectories.selectors.batches import batch_summary
-from trajectories.services.rollouts import BatchParameterError, batch_create
+from trajectories.services.rollouts import BatchParameterError, batch_create, rollout_queue
 
 FINISHED = (BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.CANCELLED)
 
@@ -73,15 +74,35 @@ class Command(BaseCommand):
 
     def _follow(self, batch: RolloutBatch, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        queue = rollout_queue(batch.policy)
+        warned = False
         while time.monotonic() < deadline:
             batch.refresh_from_db()
             done = batch.episodes_completed + batch.episodes_failed
+            if done == 0 and not warned:
+                warned = self._warn_unserved(queue)
             sys.stderr.write(f"\r  {done}/{batch.episodes_total} episodes finished")
             if batch.status in FINISHED:
                 sys.stderr.write("\n")
                 return
             time.sleep(0.5)
         raise CommandError(f"batch {batch.pk} still {batch.status} after {timeout:.0f}s")
+
+    def _warn_unserved(self, queue: str) -> bool:
+        """Say so when no live worker consumes the batch's queue: its episodes would sit
+        at 0/N until one does. True once warned."""
+        try:
+            missing = queues.queues_without_consumers([queue])
+        except Exception as exc:  # the broker is down: the episodes could not be sent either
+            self.stderr.write(f"\nwarning: could not ask the workers ({type(exc).__name__})")
+            return True
+        if missing:
+            self.stderr.write(
+                f"\nwarning: no live worker consumes the queue {queue!r}, so this batch "
+                f"waits until one does; start one with: celery -A config worker "
+                f"--queues={queue}"
+            )
+        return bool(missing)
 
 
 def _pretty(summary: dict[str, Any]) -> str:
