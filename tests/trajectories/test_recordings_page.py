@@ -137,3 +137,13 @@ def test_staff_close_a_colleagues_session_and_expired_ones_show_as_expired(clien
     client.post(f"/recordings/{session.pk}/close/")
     body = client.get("/recordings/").content.decode()
     assert ">closed</td>" in body and ">expired</td>" in body and ">Close</button>" not in body
+
+
+def test_the_recorded_episode_list_shows_session_columns(client, researcher):
+    client.force_login(researcher)
+    session, _ = recording_session_create(user=researcher, name="codex run")
+    page = client.get("/episodes/?kind=recorded").content.decode()
+    assert "codex run" in page and session.key_hint in page
+    assert "<th>State</th>" in page and "Traj. recall" not in page
+    assert ">open<" in page
+    assert "Traj. recall" in client.get("/episodes/").content.decode()

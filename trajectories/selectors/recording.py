@@ -67,6 +67,18 @@ def recording_sessions_for_list() -> QuerySet[RecordingSession]:
     )
 
 
+def recorded_episode_sessions(episodes: list[Any], *, now: Any) -> list[Any]:
+    """Sets `session` (with its counts and `state`) on each recorded episode of a list
+    page, in one query: the episode list's `?kind=recorded` columns."""
+    ids = [e.pk for e in episodes]
+    sessions = {s.episode_id: s for s in recording_sessions_for_list().filter(episode_id__in=ids)}
+    for session in sessions.values():
+        session.state = session_state(session, now=now)  # type: ignore[attr-defined]
+    for episode in episodes:
+        episode.session = sessions.get(episode.pk)
+    return episodes
+
+
 def recording_session_manageable_by(session: RecordingSession, user: Any) -> bool:
     """Whether `user` may close, revoke or re-key the session: its owner, or staff. Another
     researcher could otherwise end a colleague's recording mid-run."""

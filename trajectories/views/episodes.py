@@ -27,7 +27,7 @@ from harness_app.ids import as_id
 from harness_app.models import Document
 from harness_app.roles import Role, browse_required, user_has_role
 from trajectories.forms import EpisodeFilterForm, SavedFilterForm
-from trajectories.models import Episode
+from trajectories.models import Episode, EpisodeKind
 from trajectories.selectors import annotation, recording, tokens
 from trajectories.selectors.batches import group_view
 from trajectories.selectors.calls import turn_prompts
@@ -58,9 +58,10 @@ def episode_list(request: HttpRequest) -> HttpResponse:
     form = EpisodeFilterForm(request.GET)
     filters = form.filters()
     active = _active_filters(form, filters)
+    page = episode_list_page(filters=filters, page=request.GET.get("page"))
     context = {
         "form": form,
-        "page": episode_list_page(filters=filters, page=request.GET.get("page")),
+        "page": page,
         "filtered": bool(active),
         "active_filters": active,
         "headers": sort_headers(sort=filters.get("sort") or "newest"),
@@ -70,6 +71,9 @@ def episode_list(request: HttpRequest) -> HttpResponse:
         "saved": saved_filters_of(user=request.user),
         "save_form": SavedFilterForm(initial={"query_string": form.query_string()}),
     }
+    if filters.get("kind") == EpisodeKind.RECORDED:  # recording-session columns, not recall
+        context["recorded"] = True
+        recording.recorded_episode_sessions(list(context["page"].object_list), now=timezone.now())
     return render(request, "trajectories/episode_list.html", context)
 
 
