@@ -73,7 +73,7 @@ def episode_list(request: HttpRequest) -> HttpResponse:
     }
     if filters.get("kind") == EpisodeKind.RECORDED:  # recording-session columns, not recall
         context["recorded"] = True
-        recording.recorded_episode_sessions(list(context["page"].object_list), now=timezone.now())
+        recording.recorded_episode_sessions(list(page.object_list), now=timezone.now())
     return render(request, "trajectories/episode_list.html", context)
 
 
