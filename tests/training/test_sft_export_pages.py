@@ -104,3 +104,21 @@ def test_rl_launch_form_takes_the_base_policy_from_the_link(researcher_client) -
     policy = PolicyConfig.objects.create(name="student", kind=PolicyKind.OPENAI, model="m")
     page = researcher_client.get(f"/training/rl/new/?base_policy={policy.pk}").content.decode()
     assert f'<option value="{policy.pk}" selected>student</option>' in page
+
+
+@pytest.mark.parametrize(
+    ("url", "labels"),
+    [
+        (
+            "/training/rl/new/",
+            ["LoRA rank", "CISPO ε low", "CISPO ε high", "KL β", "Group size (G)"],
+        ),
+        ("/training/sft/new/", ["LoRA rank", "Learning rate", "Gradient accumulation"]),
+    ],
+)
+def test_launch_forms_label_and_explain_every_field(researcher_client, url, labels) -> None:
+    response = researcher_client.get(url)
+    page = response.content.decode()
+    assert all(f">{label}</label>" in page for label in labels)
+    form = response.context["form"]
+    assert [name for name, field in form.fields.items() if not field.help_text] == []
