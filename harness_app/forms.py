@@ -45,6 +45,13 @@ class BenchmarkUploadForm(forms.Form):
         return upload
 
 
+def _policy_formfield(field: Any, **kwargs: Any) -> Any:
+    # Django 6 changes a bare host's assumed scheme to https; vLLM servers speak http.
+    if field.name == "base_url":
+        kwargs["assume_scheme"] = "http"
+    return field.formfield(**kwargs)
+
+
 class PolicyConfigForm(forms.ModelForm):
     """A policy config from the page. The API's serializer checks it again (sampling keys
     and types, the system prompt version, a model for an OpenAI-compatible policy), so the
@@ -52,6 +59,7 @@ class PolicyConfigForm(forms.ModelForm):
 
     class Meta:
         model = PolicyConfig
+        formfield_callback = _policy_formfield
         fields = [
             "name",
             "kind",

@@ -122,3 +122,14 @@ def test_launch_forms_label_and_explain_every_field(researcher_client, url, labe
     assert all(f">{label}</label>" in page for label in labels)
     form = response.context["form"]
     assert [name for name, field in form.fields.items() if not field.help_text] == []
+
+
+@pytest.mark.parametrize("count", [1, 6])
+def test_the_list_costs_the_same_queries_for_1_or_6_exports(
+    researcher_client, researcher, django_assert_num_queries, count: int
+) -> None:
+    for _ in range(count):
+        SFTExport.objects.create(created_by=researcher, filters={"batch": 1})
+    with django_assert_num_queries(3 + 2):  # the login's 3, then count and page
+        page = researcher_client.get("/training/exports/").content.decode()
+    assert page.count("rita") == count + 1  # each row's creator, and the account
