@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from config.health import healthz
 
@@ -13,6 +14,11 @@ urlpatterns = [
     path("", include("harness_app.urls")),
     path("", include("trajectories.urls")),
     path("training/", include("training.urls")),
+    # The episode list's Export action links here (?episodes=<ids>).
+    path(
+        "exports/new/",
+        RedirectView.as_view(pattern_name="sft_export_create", query_string=True),
+    ),
 ]
 
 handler400 = "config.errors.bad_request"

@@ -7,4 +7,6 @@ urlpatterns = [
     path("benchmarks/upload/", views.benchmark_upload, name="benchmark_upload"),
     path("benchmarks/<int:pk>/", views.benchmark_detail, name="benchmark_detail"),
     path("benchmarks/imports/<int:pk>/", views.import_job_row, name="import_job_row"),
+    path("policies/", views.policy_list, name="policy_list"),
+    path("policies/new/", views.policy_create, name="policy_create"),
 ]

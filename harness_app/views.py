@@ -4,12 +4,13 @@ from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from harness_app import selectors
-from harness_app.forms import BenchmarkUploadForm
+from harness_app.forms import BenchmarkUploadForm, PolicyConfigForm
 from harness_app.importers.records import ImportRejected
-from harness_app.models import ImportJob
+from harness_app.models import ImportJob, PolicyConfig
 from harness_app.roles import browse_required, researcher_required
 from harness_app.services.import_jobs import import_job_create
 
@@ -71,3 +72,24 @@ def import_job_row(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(ImportJob.objects.select_related("benchmark"), pk=pk)
     context = {"job": job, "progress": selectors.import_job_progress(job)}
     return render(request, "harness_app/benchmark_import_row.html", context)
+
+
+# --- policy configs ---------------------------------------------------------------------
+
+
+@researcher_required
+@require_GET
+def policy_list(request: HttpRequest) -> HttpResponse:
+    policies = PolicyConfig.objects.order_by("name")
+    return render(request, "harness_app/policy_list.html", {"policies": policies})
+
+
+@researcher_required
+def policy_create(request: HttpRequest) -> HttpResponse:
+    """The same checks as POST /api/policies/ (the form runs the API's serializer)."""
+    form = PolicyConfigForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        policy = form.save()
+        messages.success(request, f"Policy {policy.name!r} created; launch a batch with it below.")
+        return redirect(f"{reverse('policy_list')}#policy-{policy.pk}")
+    return render(request, "harness_app/policy_form.html", {"form": form})

@@ -12,6 +12,7 @@ from django.conf import settings
 from harness_app.harness.reward import PRESET_KEY
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from training.models import (
+    ExportFormat,
     ExportStatus,
     Reconstruction,
     RLAlgorithm,
@@ -28,7 +29,8 @@ from training.services.rl_job_settings import (
     RLJobSettings,
 )
 from training.services.sft_job_settings import SFTJobSettings
-from trajectories.models import TerminationPolicy
+from trajectories.episode_filters import EpisodeFilterError, episode_filters_clean
+from trajectories.models import AnnotationStatus, TerminationPolicy
 
 DEFAULTS = RLJobSettings()
 CHECKPOINTING_CHOICES = [("", "auto: on for CUDA, off on the CPU"), ("on", "on"), ("off", "off")]
@@ -42,15 +44,22 @@ class RLJobLaunchForm(forms.Form):
     """With a preset, the preset fills every setting left at its default here; a field
     changed from its default overrides the preset (the view passes `changed_data`)."""
 
-    name = forms.CharField(required=False, max_length=200)
+    name = forms.CharField(
+        required=False, max_length=200, label="Name", help_text="Optional; blank: RL job N."
+    )
     preset = forms.ChoiceField(
         required=False,
         choices=[("", "none: the settings below"), *((p, p) for p in sorted(PRESETS))],
         help_text="harness1_gpu: Harness-1's recipe for a GPU (128 queries × 8 rollouts, "
         "4 substeps, lr 1e-5, LoRA rank 32 on every linear layer, temperature 1, 2,048 "
         "tokens per turn, 40 turns). Settings you change below override it.",
+        label="Preset",
     )
-    benchmark = forms.ModelChoiceField(Benchmark.objects.order_by("name"))
+    benchmark = forms.ModelChoiceField(
+        Benchmark.objects.order_by("name"),
+        label="Benchmark",
+        help_text="The queries the rollouts answer; each step samples from them.",
+    )
     warm_start = forms.ModelChoiceField(
         SFTJob.objects.filter(status=SFTJobStatus.COMPLETED, policy__isnull=False).order_by("-pk"),
         required=False,
@@ -58,45 +67,68 @@ class RLJobLaunchForm(forms.Form):
         help_text="Start from a completed SFT job's adapter: its policy becomes the base "
         "policy, its weights folder the base weights, and its LoRA rank and targets replace "
         "the ones below.",
+        label="Warm start (SFT job)",
     )
     base_policy = forms.ModelChoiceField(
         PolicyConfig.objects.filter(kind=PolicyKind.OPENAI).order_by("name"),
         required=False,
         help_text="An OpenAI-compatible policy: its vLLM server samples the rollouts and "
         "serves each new adapter (started with --enable-lora). Not needed with a warm start.",
+        label="Base policy",
     )
     base_model_dir = forms.CharField(
         max_length=500,
         initial=lambda: settings.RL_BASE_MODEL_DIR,
         help_text="The local folder of the weights that server serves; the trainer loads it.",
+        label="Base weights folder",
     )
     steps = forms.IntegerField(
-        initial=DEFAULTS.steps, widget=forms.NumberInput({"min": 1, "max": MAX_STEPS})
+        initial=DEFAULTS.steps,
+        widget=forms.NumberInput({"min": 1, "max": MAX_STEPS}),
+        label="Steps",
+        help_text="Training steps: each rolls out a batch, then updates the adapter.",
     )
     group_size = forms.IntegerField(
         initial=DEFAULTS.group_size,
         help_text="G: samples per query; advantages are relative to the group.",
         widget=forms.NumberInput({"min": 2, "max": MAX_GROUP_SIZE}),
+        label="Group size (G)",
     )
-    queries_per_step = forms.IntegerField(initial=DEFAULTS.queries_per_step)
-    algorithm = forms.ChoiceField(choices=RLAlgorithm.choices, initial=DEFAULTS.algorithm)
-    learning_rate = forms.FloatField(initial=DEFAULTS.learning_rate)
+    queries_per_step = forms.IntegerField(
+        initial=DEFAULTS.queries_per_step,
+        label="Queries per step",
+        help_text="Queries sampled per step; each gets G rollouts.",
+    )
+    algorithm = forms.ChoiceField(
+        choices=RLAlgorithm.choices,
+        initial=DEFAULTS.algorithm,
+        label="Algorithm",
+        help_text="CISPO (Harness-1) or GRPO: how the policy loss weights each token.",
+    )
+    learning_rate = forms.FloatField(
+        initial=DEFAULTS.learning_rate,
+        label="Learning rate",
+        help_text="The optimiser's step size (Harness-1: 1e-5).",
+    )
     lora_rank = forms.IntegerField(
         initial=DEFAULTS.lora_rank,
         help_text="At most the server's --max-lora-rank.",
         widget=forms.NumberInput({"min": 1, "max": MAX_LORA_RANK}),
+        label="LoRA rank",
     )
     lora_targets = forms.CharField(
         required=False,
         initial=", ".join(DEFAULTS.lora_targets),
         help_text="Module names LoRA adapts, comma-separated (e.g. q_proj, k_proj, v_proj, "
         "o_proj, gate_proj, up_proj, down_proj).",
+        label="LoRA target modules",
     )
     substeps = forms.IntegerField(
         required=False,
         initial=DEFAULTS.substeps,
         help_text="Optimiser steps per batch: the batch is split into this many minibatches.",
         widget=forms.NumberInput({"min": 1, "max": MAX_SUBSTEPS}),
+        label="Optimiser substeps",
     )
     reconstruction = forms.ChoiceField(
         required=False,
@@ -104,18 +136,23 @@ class RLJobLaunchForm(forms.Form):
         initial=DEFAULTS.reconstruction,
         help_text="How an episode's model calls become training sequences: merged by prefix "
         "into one per chain, or one per call (the shared prefix processed again each time).",
+        label="Reconstruction",
     )
     tokens_per_turn = forms.IntegerField(
         required=False,
         help_text="max_tokens of each model call in the job's rollouts; blank: the policy's.",
+        label="Tokens per turn",
     )
     temperature = forms.FloatField(
-        required=False, help_text="Rollout sampling temperature; blank: the policy's."
+        required=False,
+        help_text="Rollout sampling temperature; blank: the policy's.",
+        label="Temperature",
     )
     max_sequence_tokens = forms.IntegerField(
         required=False,
         help_text="Trajectories longer than this (prompt + response tokens) are left out of "
         "training and counted in the step's metrics; blank: no cap.",
+        label="Max sequence tokens",
     )
     gradient_checkpointing = forms.TypedChoiceField(
         required=False,
@@ -124,21 +161,41 @@ class RLJobLaunchForm(forms.Form):
         empty_value=None,
         help_text="Activation checkpointing: recompute activations in backward to fit long "
         "sequences.",
+        label="Gradient checkpointing",
     )
     cispo_eps_low = forms.FloatField(
-        initial=DEFAULTS.cispo_eps_low, help_text="CISPO clips its weight to [1 − low, 1 + high]."
+        initial=DEFAULTS.cispo_eps_low,
+        help_text="CISPO clips its weight to [1 − low, 1 + high].",
+        label="CISPO ε low",
     )
-    cispo_eps_high = forms.FloatField(initial=DEFAULTS.cispo_eps_high)
-    grpo_eps = forms.FloatField(initial=DEFAULTS.grpo_eps, help_text="GRPO's ratio clip, 1 ± ε.")
+    cispo_eps_high = forms.FloatField(
+        initial=DEFAULTS.cispo_eps_high,
+        label="CISPO ε high",
+        help_text="The upper clip of CISPO's weight, 1 + high.",
+    )
+    grpo_eps = forms.FloatField(
+        initial=DEFAULTS.grpo_eps, help_text="GRPO's ratio clip, 1 ± ε.", label="GRPO ε"
+    )
     kl_beta = forms.FloatField(
-        initial=DEFAULTS.kl_beta, help_text="KL penalty toward the base policy; Harness-1: 0.005."
+        initial=DEFAULTS.kl_beta,
+        help_text="KL penalty toward the base policy; Harness-1: 0.005.",
+        label="KL β",
     )
     normalize_std = forms.BooleanField(
-        required=False, help_text="Divide advantages by the group's std (GRPO); off in Harness-1."
+        required=False,
+        help_text="Divide advantages by the group's std (GRPO); off in Harness-1.",
+        label="Normalise by group std",
     )
-    max_turns = forms.IntegerField(initial=DEFAULTS.max_turns)
+    max_turns = forms.IntegerField(
+        initial=DEFAULTS.max_turns,
+        label="Max turns",
+        help_text="Turns per rollout before the episode is cut off.",
+    )
     termination_policy = forms.ChoiceField(
-        choices=TerminationPolicy.choices, initial=DEFAULTS.termination_policy
+        choices=TerminationPolicy.choices,
+        initial=DEFAULTS.termination_policy,
+        label="Termination policy",
+        help_text="What ends a rollout besides end_search and the turn limit.",
     )
     reward_weights = forms.JSONField(
         required=False,
@@ -147,6 +204,7 @@ class RLJobLaunchForm(forms.Form):
             'Reward weights: a preset name ("harness1", "default", "library_default"), '
             'or overrides, e.g. {"preset": "harness1", "turn_penalty": 0.05}.'
         ),
+        label="Reward weights",
     )
 
     def clean_reconstruction(self) -> str:
@@ -176,57 +234,93 @@ class SFTJobLaunchForm(forms.Form):
     """An SFT job: an export to train on, the policy whose server serves the adapter, and
     the trainer's settings with Harness-1's defaults (LoRA rank 32, 3 epochs)."""
 
-    name = forms.CharField(required=False, max_length=200)
+    name = forms.CharField(
+        required=False, max_length=200, label="Name", help_text="Optional; blank: SFT job N."
+    )
     export = forms.ModelChoiceField(
         SFTExport.objects.filter(status=ExportStatus.DONE, records__gt=0).order_by("-pk"),
         help_text="A done export of approved episodes; a held-out share of its episodes "
         "gives the eval loss.",
+        label="Export",
     )
     base_policy = forms.ModelChoiceField(
         PolicyConfig.objects.filter(kind=PolicyKind.OPENAI).order_by("name"),
         help_text="The student: an OpenAI-compatible policy whose vLLM server (started with "
         "--enable-lora) serves the trained adapter.",
+        label="Base policy",
     )
     base_model_dir = forms.CharField(
         max_length=500,
         initial=lambda: settings.RL_BASE_MODEL_DIR,
         help_text="The local folder of the weights that server serves; the trainer loads it.",
+        label="Base weights folder",
     )
-    epochs = forms.FloatField(initial=SFT_DEFAULTS.epochs)
-    learning_rate = forms.FloatField(initial=SFT_DEFAULTS.learning_rate)
+    epochs = forms.FloatField(
+        initial=SFT_DEFAULTS.epochs,
+        label="Epochs",
+        help_text="Passes over the training records; fractions allowed.",
+    )
+    learning_rate = forms.FloatField(
+        initial=SFT_DEFAULTS.learning_rate,
+        label="Learning rate",
+        help_text="The optimiser's step size.",
+    )
     lora_rank = forms.IntegerField(
         initial=SFT_DEFAULTS.lora_rank,
         help_text="At most the server's --max-lora-rank, or its publish is refused "
         "(scripts/llm/serve.sh: 16 on the CPU unless LLM_MAX_LORA_RANK raises it).",
         widget=forms.NumberInput({"min": 1, "max": MAX_LORA_RANK}),
+        label="LoRA rank",
     )
-    lora_alpha = forms.IntegerField(initial=SFT_DEFAULTS.lora_alpha)
-    lora_dropout = forms.FloatField(initial=SFT_DEFAULTS.lora_dropout)
+    lora_alpha = forms.IntegerField(
+        initial=SFT_DEFAULTS.lora_alpha,
+        label="LoRA α",
+        help_text="LoRA's scale: the update is multiplied by α / rank.",
+    )
+    lora_dropout = forms.FloatField(
+        initial=SFT_DEFAULTS.lora_dropout,
+        label="LoRA dropout",
+        help_text="Dropout on the LoRA input during training.",
+    )
     lora_targets = forms.CharField(
         required=False,
         initial=", ".join(SFT_DEFAULTS.lora_targets),
         help_text="Module names LoRA adapts, comma-separated; blank: every linear layer.",
+        label="LoRA target modules",
     )
     max_length = forms.IntegerField(
         initial=SFT_DEFAULTS.max_length,
         help_text="Tokens per record; longer records are truncated (and counted).",
+        label="Max record length (tokens)",
     )
-    batch_size = forms.IntegerField(initial=SFT_DEFAULTS.batch_size)
+    batch_size = forms.IntegerField(
+        initial=SFT_DEFAULTS.batch_size, label="Batch size", help_text="Records per forward pass."
+    )
     grad_accum = forms.IntegerField(
-        initial=SFT_DEFAULTS.grad_accum, help_text="Batches per optimiser step."
+        initial=SFT_DEFAULTS.grad_accum,
+        help_text="Batches per optimiser step.",
+        label="Gradient accumulation",
     )
     eval_fraction = forms.FloatField(
         initial=SFT_DEFAULTS.eval_fraction,
         help_text="Share of the episodes held out for the eval loss (split by episode).",
+        label="Eval fraction",
     )
     eval_steps = forms.IntegerField(
-        initial=SFT_DEFAULTS.eval_steps, help_text="The eval loss every N optimiser steps."
+        initial=SFT_DEFAULTS.eval_steps,
+        help_text="The eval loss every N optimiser steps.",
+        label="Eval every (steps)",
     )
     save_steps = forms.IntegerField(
         initial=SFT_DEFAULTS.save_steps,
         help_text="A checkpoint every N optimiser steps (and at the end, or on cancel).",
+        label="Checkpoint every (steps)",
     )
-    seed = forms.IntegerField(initial=SFT_DEFAULTS.seed)
+    seed = forms.IntegerField(
+        initial=SFT_DEFAULTS.seed,
+        label="Seed",
+        help_text="Seeds the split, the shuffling and the adapter's initial weights.",
+    )
     gradient_checkpointing = forms.TypedChoiceField(
         required=False,
         choices=CHECKPOINTING_CHOICES,
@@ -234,9 +328,72 @@ class SFTJobLaunchForm(forms.Form):
         empty_value=None,
         help_text="Activation checkpointing: recompute activations in backward to fit long "
         "records.",
+        label="Gradient checkpointing",
     )
 
     def clean_lora_targets(self) -> list[str] | None:
         """A comma-separated list; blank leaves the default."""
         value = self.cleaned_data.get("lora_targets") or ""
         return [part.strip() for part in value.split(",") if part.strip()] or None
+
+
+# The export form's own filter fields; any other filter goes in `more_filters`.
+EXPORT_FILTER_FIELDS = ("ids", "batch", "policy", "benchmark", "annotation_status")
+
+
+class SFTExportCreateForm(forms.Form):
+    """The options of POST /api/exports/. The filters are checked by the same function the
+    service and the API use (episode_filters_clean), and an error lands on the field that
+    holds the bad filter."""
+
+    ids = forms.CharField(
+        required=False,
+        label="Episodes",
+        help_text="Episode ids, comma-separated (the episode list's Export action fills them).",
+    )
+    batch = forms.IntegerField(required=False, label="Batch id", min_value=1)
+    policy = forms.ModelChoiceField(
+        PolicyConfig.objects.order_by("name"), required=False, empty_label="any policy"
+    )
+    benchmark = forms.ModelChoiceField(
+        Benchmark.objects.order_by("name"), required=False, empty_label="any benchmark"
+    )
+    annotation_status = forms.ChoiceField(
+        required=False,
+        choices=[("", "approved only"), *AnnotationStatus.choices],
+        label="Annotation status",
+        help_text="Without one, only approved episodes are exported.",
+    )
+    more_filters = forms.JSONField(
+        required=False,
+        label="More filters (JSON)",
+        help_text='Any other episode filter, as for /api/episodes/, e.g. {"status": "done", '
+        '"reward_min": 0.5}.',
+    )
+    fmt = forms.ChoiceField(choices=ExportFormat.choices, initial=ExportFormat.CHAT, label="Format")
+    reconstruction = forms.ChoiceField(
+        choices=Reconstruction.choices,
+        initial=Reconstruction.PREFIX_MERGE,
+        help_text="How an episode's model calls become records: one per chain, or one per call.",
+    )
+
+    def clean_more_filters(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("more_filters")
+        if value in (None, ""):
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError('give a JSON object, e.g. {"status": "done"}')
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        raw = dict(cleaned.get("more_filters") or {})
+        for name in EXPORT_FILTER_FIELDS:
+            value = cleaned.get(name)
+            if value not in (None, ""):
+                raw[name] = getattr(value, "pk", value)
+        try:
+            cleaned["filters"] = episode_filters_clean(raw)
+        except EpisodeFilterError as exc:
+            self.add_error(exc.key if exc.key in EXPORT_FILTER_FIELDS else "more_filters", str(exc))
+        return cleaned

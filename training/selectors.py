@@ -1,5 +1,5 @@
 """Reads behind the RL and SFT job pages and API: lists, a job with its steps, training
-curves, an SFT job's lineage."""
+curves, an SFT job's lineage; and the SFT export pages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from django.core.paginator import Page, Paginator
 from django.db.models import Prefetch, QuerySet
 
-from training.models import PolicyVersion, RLJob, RLStep, SFTJob
+from training.models import PolicyVersion, RLJob, RLStep, SFTExport, SFTJob
 from trajectories.models import RolloutBatch, RolloutGroup
 
 JOBS_PER_PAGE = 25
@@ -121,3 +121,23 @@ def sft_job_teacher_batches(job: SFTJob) -> list[RolloutBatch]:
 def sft_job_rl_jobs(job: SFTJob) -> list[RLJob]:
     """The RL jobs warm-started from the job's adapter."""
     return list(job.rl_jobs.select_related("benchmark").order_by("pk"))
+
+
+# --- SFT exports -----------------------------------------------------------------------------
+
+
+def sft_exports_queryset() -> QuerySet[SFTExport]:
+    return SFTExport.objects.select_related("created_by").order_by("-pk")
+
+
+def sft_export_list_page(*, page: int | str | None, episode: int | None = None) -> Page[SFTExport]:
+    """The exports, newest first; with `episode`, only those holding that episode (the
+    episode page's "In SFT exports" card links here)."""
+    exports = sft_exports_queryset()
+    if episode is not None:
+        exports = exports.filter(items__episode_id=episode).distinct()
+    return Paginator(exports, JOBS_PER_PAGE).get_page(page)
+
+
+def sft_export_get(*, pk: int) -> SFTExport | None:
+    return sft_exports_queryset().filter(pk=pk).first()

@@ -15,4 +15,7 @@ urlpatterns = [
     path("sft/<int:pk>/cancel/", views.sft_job_cancel, name="sft_job_cancel"),
     path("sft/<int:pk>/resume/", views.sft_job_resume, name="sft_job_resume"),
     path("sft/<int:pk>/serve/", views.sft_job_serve, name="sft_job_serve"),
+    path("exports/", views.sft_export_list, name="sft_export_list"),
+    path("exports/new/", views.sft_export_create, name="sft_export_create"),
+    path("exports/<int:pk>/", views.sft_export_detail, name="sft_export_detail"),
 ]

@@ -1,6 +1,7 @@
 """The RL and SFT job pages: the lists, the launch forms (researchers), a job with its
 training curves (and an SFT job's lineage), its progress fragment (polled by htmx), and
-cancel (and an SFT job's resume and re-serve)."""
+cancel (and an SFT job's resume and re-serve). The SFT export pages: list, create, one
+export."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from harness_app.ids import as_id
 from harness_app.roles import browse_required, researcher_required
 from training import selectors
-from training.forms import RLJobLaunchForm, SFTJobLaunchForm
-from training.models import RLJob, SFTJob, SFTJobStatus
+from training.forms import RLJobLaunchForm, SFTExportCreateForm, SFTJobLaunchForm
+from training.models import RLJob, SFTExport, SFTJob, SFTJobStatus
 from training.rl.publish import PublishError
-from training.services import rl_jobs, sft_jobs
+from training.services import rl_jobs, sft_exports, sft_jobs
 
 
 def _job_or_404(pk: int) -> RLJob:
@@ -34,7 +36,10 @@ def rl_job_list(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def rl_job_launch(request: HttpRequest) -> HttpResponse:
-    form = RLJobLaunchForm(request.POST or None)
+    """The launch form; ?base_policy=<pk> and ?benchmark=<pk> preselect those (an export's
+    "Launch RL from this export's policy")."""
+    initial = {k: request.GET[k] for k in ("base_policy", "benchmark") if request.GET.get(k)}
+    form = RLJobLaunchForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         job = _launch(request, form)
         if job is not None:
@@ -196,3 +201,53 @@ def sft_job_serve(request: HttpRequest, pk: int) -> HttpResponse:
         said = "is served" if loaded else "was already served"
         messages.success(request, f"SFT job {job.pk}'s adapter {said}.")
     return redirect("sft_job_detail", pk=job.pk)
+
+
+# --- SFT exports -----------------------------------------------------------------------------
+
+
+def _export_or_404(pk: int) -> SFTExport:
+    export = selectors.sft_export_get(pk=pk)
+    if export is None:
+        raise Http404(f"no SFT export {pk}")
+    return export
+
+
+@browse_required
+@require_GET
+def sft_export_list(request: HttpRequest) -> HttpResponse:
+    """Every export; ?episode=<pk> keeps those holding that episode."""
+    episode = as_id(request.GET.get("episode"))
+    page = selectors.sft_export_list_page(page=request.GET.get("page"), episode=episode)
+    return render(request, "training/sft_export_list.html", {"page": page, "episode": episode})
+
+
+@researcher_required
+def sft_export_create(request: HttpRequest) -> HttpResponse:
+    """The options of POST /api/exports/; ?episodes=1,2,3 pre-fills the episode ids."""
+    initial = {"ids": request.GET.get("episodes", "")}
+    form = SFTExportCreateForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        user = request.user if isinstance(request.user, AbstractBaseUser) else None
+        try:
+            export = sft_exports.sft_export_create(
+                created_by=user,
+                filters=data["filters"],
+                fmt=data["fmt"],
+                reconstruction=data["reconstruction"],
+            )
+        except sft_exports.ExportError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"SFT export {export.pk} queued.")
+            return redirect("sft_export_detail", pk=export.pk)
+    return render(request, "training/sft_export_create.html", {"form": form})
+
+
+@browse_required
+@require_GET
+def sft_export_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    export = _export_or_404(pk)
+    context = {"export": export, "policy": export.filters.get("policy")}
+    return render(request, "training/sft_export_detail.html", context)
