@@ -141,3 +141,24 @@ def sft_export_list_page(*, page: int | str | None, episode: int | None = None) 
 
 def sft_export_get(*, pk: int) -> SFTExport | None:
     return sft_exports_queryset().filter(pk=pk).first()
+
+
+def export_launch_defaults(export: SFTExport) -> dict[str, int]:
+    """The RL launch form's base policy and benchmark for an export: the ones its filters
+    name, else the one policy (and benchmark) every exported episode was sampled from.
+    Two queries at most; nothing for an export that mixes them."""
+    defaults: dict[str, int] = {}
+    for key, column in (("base_policy", "policy"), ("benchmark", "benchmark")):
+        named = export.filters.get(column)
+        if named:
+            defaults[key] = int(named)
+            continue
+        found = list(
+            export.items.exclude(**{f"episode__batch__{column}_id": None})
+            .order_by()  # the model's ordering would enter the DISTINCT
+            .values_list(f"episode__batch__{column}_id", flat=True)
+            .distinct()[:2]
+        )
+        if len(found) == 1:
+            defaults[key] = found[0]
+    return defaults

@@ -5,6 +5,8 @@ export."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404, HttpRequest, HttpResponse
@@ -249,5 +251,5 @@ def sft_export_create(request: HttpRequest) -> HttpResponse:
 @require_GET
 def sft_export_detail(request: HttpRequest, pk: int) -> HttpResponse:
     export = _export_or_404(pk)
-    context = {"export": export, "policy": export.filters.get("policy")}
+    context = {"export": export, "rl_launch": urlencode(selectors.export_launch_defaults(export))}
     return render(request, "training/sft_export_detail.html", context)

@@ -50,7 +50,10 @@ def test_export_created_from_the_page_is_listed_and_downloadable(
     download = f'href="/api/exports/{export.pk}/download/"'
     assert download in page
     assert f'href="/training/sft/new/?export={export.pk}"' in page
-    assert f'href="/training/rl/new/?base_policy={baseline_policy.pk}"' in page
+    rl_link = (
+        f"/training/rl/new/?base_policy={baseline_policy.pk}&amp;benchmark={approved.benchmark_id}"
+    )
+    assert f'href="{rl_link}"' in page
     assert download in researcher_client.get("/training/exports/").content.decode()
     body = b"".join(researcher_client.get(f"/api/exports/{export.pk}/download/").streaming_content)
     assert len(body.splitlines()) == 2
@@ -133,3 +136,19 @@ def test_the_list_costs_the_same_queries_for_1_or_6_exports(
     with django_assert_num_queries(3 + 2):  # the login's 3, then count and page
         page = researcher_client.get("/training/exports/").content.decode()
     assert page.count("rita") == count + 1  # each row's creator, and the account
+
+
+def test_an_export_by_batch_launches_rl_from_the_policy_its_episodes_came_from(
+    researcher_client, approved, baseline_policy, django_capture_on_commit_callbacks
+) -> None:
+    # Its filters name only the batch: the policy and benchmark come from its episodes.
+    response = _post(
+        researcher_client, _form(batch=str(approved.pk)), django_capture_on_commit_callbacks
+    )
+    export = SFTExport.objects.get()
+    sft_export_run(export_id=export.pk)
+    page = researcher_client.get(response.url).content.decode()
+    rl_link = (
+        f"/training/rl/new/?base_policy={baseline_policy.pk}&amp;benchmark={approved.benchmark_id}"
+    )
+    assert f'href="{rl_link}"' in page
