@@ -34,9 +34,13 @@ END = {"tool": "end_search", "arguments": {}}
 
 
 def _policy_reply(n: int, body: dict[str, Any]) -> str:
-    # A search first, then the end: every episode has a turn with results to judge.
-    has_results = any(m.get("role") in ("tool", "user") for m in body["messages"][2:])
-    return json.dumps(END if has_results else SEARCH)
+    # A search first, then the end: every episode has a turn with results to judge. A
+    # token-in call's prompt is ids, which the fake makes one per character.
+    if "messages" in body:
+        seen = json.dumps(body["messages"])
+    else:
+        seen = "".join(chr(t) for t in body.get("prompt") or [] if 31 < t < 0x110000)
+    return json.dumps(END if SEARCH["arguments"]["query"] in seen else SEARCH)
 
 
 def _page(browser: Any, base_url: str, username: str, role: Role) -> Any:
