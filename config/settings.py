@@ -273,3 +273,20 @@ RL_POLL_S = float(env_int("RL_POLL_MS", 2000)) / 1000
 SFT_CHAT_TEMPLATE_PATH = env_path(
     "SFT_CHAT_TEMPLATE_PATH", BASE_DIR / "scripts" / "llm" / "chat_template.jinja"
 )
+
+# The OpenAPI schema (issue 21.10): every choice set that two serializers share a field name
+# for gets a name of its own, so generated clients keep stable enum names and
+# `spectacular --fail-on-warn` (tests/api/test_schema.py) passes. Identical choice sets
+# (exports and matrices; SFT and RL jobs) hash alike and share one name.
+SPECTACULAR_SETTINGS = {
+    "ENUM_NAME_OVERRIDES": {
+        "WorkStatusEnum": "training.models.ExportStatus",
+        "JobStatusEnum": "training.models.RLJobStatus",
+        "BatchStatusEnum": "trajectories.models.BatchStatus",
+        "EpisodeStatusEnum": "trajectories.models.EpisodeStatus",
+        "EpisodeKindEnum": "trajectories.models.EpisodeKind",
+        "HarnessGroupStatusEnum": "trajectories.models.harness_tasks.HarnessGroupStatus",
+        "ReconstructionEnum": "training.models.Reconstruction",
+        "BenchmarkSourceEnum": "harness_app.models.BenchmarkSource",
+    },
+}
