@@ -12,10 +12,14 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from drf_spectacular.settings import patched_settings
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
-from harness_app.api import BenchmarkViewSet, ImportJobViewSet, PolicyConfigViewSet
+from harness_app.api import (
+    BenchmarkViewSet,
+    ImportJobViewSet,
+    ObtainExpiringAuthToken,
+    PolicyConfigViewSet,
+)
 from training.api import ExportViewSet, RLJobViewSet, SFTJobViewSet
 from trajectories.api.ablations import AblationMatrixViewSet
 from trajectories.api.annotations import AnnotationViewSet
@@ -24,29 +28,6 @@ from trajectories.api.episodes import EpisodeViewSet
 from trajectories.api.harness_tasks import HarnessGroupViewSet, HarnessTaskViewSet
 from trajectories.api.recording import RecordingViewSet
 
-SCHEMA_SETTINGS = {
-    "TITLE": "Harness workbench API",
-    "DESCRIPTION": "Rollout batches, ablation matrices, episodes, annotations, SFT exports, "
-    "SFT jobs, RL jobs, recording sessions and harness tasks. "
-    "Authenticate with `Authorization: Token <key>` (POST /api/token/ gives the key).",
-    "VERSION": "1",
-    "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {
-        "BatchStatusEnum": "trajectories.models.BatchStatus",
-        "AblationMatrixStatusEnum": "trajectories.models.MatrixStatus",
-        "EpisodeStatusEnum": "trajectories.models.EpisodeStatus",
-        "ImportStatusEnum": "harness_app.models.ImportStatus",
-        "BenchmarkSourceEnum": "harness_app.models.BenchmarkSource",
-        "ExportStatusEnum": "training.models.ExportStatus",
-        "ExportFormatEnum": "training.models.ExportFormat",
-        "RLJobStatusEnum": "training.models.RLJobStatus",
-        "SFTJobStatusEnum": "training.models.SFTJobStatus",
-        "RLStepStatusEnum": "training.models.RLStepStatus",
-        "RLAlgorithmEnum": "training.models.RLAlgorithm",
-        "HarnessGroupStatusEnum": "trajectories.models.HarnessGroupStatus",
-        "HarnessRunStatusEnum": "trajectories.models.HarnessRunStatus",
-    },
-}
 OFFLINE_DOCS = {"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR"}
 
 
@@ -76,8 +57,8 @@ router.register("harness-tasks", HarnessTaskViewSet, basename="harness-task")
 router.register("harness-groups", HarnessGroupViewSet, basename="harness-group")
 
 urlpatterns = [
-    path("token/", obtain_auth_token, name="api-token"),
-    path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS), name="api-schema"),
+    path("token/", ObtainExpiringAuthToken.as_view(), name="api-token"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", OfflineSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include(router.urls)),
 ]

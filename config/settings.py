@@ -7,6 +7,7 @@ SECRET_KEY or with DEBUG on. See docs/operations.md for every variable.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -139,8 +140,6 @@ STORAGES = {
     },
 }
 
-SESSION_COOKIE_SECURE = PRODUCTION
-CSRF_COOKIE_SECURE = PRODUCTION
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
@@ -148,7 +147,8 @@ X_FRAME_OPTIONS = "DENY"
 # WWW-Authenticate header; the session lets a logged-in browser use the docs page.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # DRF's tokens, with a lifetime; a password change revokes them (harness_app/tokens.py).
+        "harness_app.tokens.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -273,3 +273,106 @@ RL_POLL_S = float(env_int("RL_POLL_MS", 2000)) / 1000
 SFT_CHAT_TEMPLATE_PATH = env_path(
     "SFT_CHAT_TEMPLATE_PATH", BASE_DIR / "scripts" / "llm" / "chat_template.jinja"
 )
+
+
+# The OpenAPI schema, for /api/schema/ and `manage.py spectacular` alike (issue 21.10).
+# Every choice set gets a name of its own, so generated clients keep stable enum names and
+# `spectacular --validate --fail-on-warn` passes (tests/api/test_schema.py runs it).
+# Identical choice sets hash alike and share one name: exports and ablation matrices;
+# SFT and RL jobs.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Harness workbench API",
+    "DESCRIPTION": "Rollout batches, ablation matrices, episodes, annotations, SFT exports, "
+    "SFT jobs, RL jobs, recording sessions and harness tasks. "
+    "Authenticate with `Authorization: Token <key>` (POST /api/token/ gives the key).",
+    "VERSION": "1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "BatchStatusEnum": "trajectories.models.BatchStatus",
+        "WorkStatusEnum": "training.models.ExportStatus",
+        "JobStatusEnum": "training.models.RLJobStatus",
+        "EpisodeStatusEnum": "trajectories.models.EpisodeStatus",
+        "EpisodeKindEnum": "trajectories.models.EpisodeKind",
+        "ImportStatusEnum": "harness_app.models.ImportStatus",
+        "BenchmarkSourceEnum": "harness_app.models.BenchmarkSource",
+        "ExportFormatEnum": "training.models.ExportFormat",
+        "ReconstructionEnum": "training.models.Reconstruction",
+        "RLStepStatusEnum": "training.models.RLStepStatus",
+        "RLAlgorithmEnum": "training.models.RLAlgorithm",
+        "HarnessGroupStatusEnum": "trajectories.models.HarnessGroupStatus",
+        "HarnessRunStatusEnum": "trajectories.models.HarnessRunStatus",
+    },
+}
+
+# --- Login lockout, API token lifetime, production security (issue 21.6, 21.9) ---
+# docs/operations.md, "Login lockout and tokens" and "Production settings".
+
+# A cache that every process shares, when CACHE_URL names a Redis: the API's throttles,
+# and then the login lockout's counts. Without it, each process keeps its own cache.
+CACHE_URL = env_str("CACHE_URL", "")
+if CACHE_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    }
+
+# Repeated failed logins, at /login/, /admin/ and POST /api/token/ alike, lock out the
+# username and, separately, the address they came from, for AXES_COOLOFF_MINUTES. Counted
+# in the shared Redis cache when there is one, else in the database (axes' own tables):
+# never per process.
+INSTALLED_APPS += ["axes", "csp"]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = (
+    "axes.handlers.cache.AxesCacheHandler"
+    if CACHE_URL
+    else "axes.handlers.database.AxesDatabaseHandler"
+)
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # no start-up banner in every process
+# Seconds an API token lives from its creation; 0: for ever (harness_app/tokens.py).
+API_TOKEN_TTL_S = env_int("API_TOKEN_TTL_S", 30 * 24 * 3600)
+
+# HTTPS: on by default in production, off in development so `make run` works over plain
+# http on localhost. Behind a TLS proxy, set SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO
+# (only if the proxy sets that header and strips it from clients).
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", PRODUCTION)
+# The health probe and the recording proxy are called over the private network by
+# compose's healthcheck and by workers, in plain http.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^proxy/"]
+_proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "")
+SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header, "https") if _proxy_ssl_header else None
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", PRODUCTION)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", PRODUCTION)
+# Preloading is a promise to browser vendors an operator makes, not a default.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+
+# Content-Security-Policy (django-csp): scripts only from this server's own static files
+# (no page has an inline script); styles also inline, since plotly.js and htmx set style
+# attributes at run time. CSP_REPORT_ONLY=1 reports without blocking.
+MIDDLEWARE += ["csp.middleware.CSPMiddleware", "axes.middleware.AxesMiddleware"]
+_csp = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:", "blob:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+if env_bool("CSP_REPORT_ONLY", False):
+    CONTENT_SECURITY_POLICY_REPORT_ONLY = _csp
+else:
+    CONTENT_SECURITY_POLICY = _csp

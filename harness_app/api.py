@@ -6,12 +6,16 @@ annotate but launch nothing. Every viewset names its permission classes from her
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.authtoken.models import Token
+from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,6 +31,7 @@ from harness_app.serializers import (
     PolicyConfigSerializer,
 )
 from harness_app.services.import_jobs import import_job_create
+from harness_app.tokens import token_expired
 
 
 class CanBrowse(BasePermission):
@@ -111,3 +116,27 @@ class PolicyConfigViewSet(
     serializer_class = PolicyConfigSerializer
     permission_classes = [ResearcherWrites]
     queryset = PolicyConfig.objects.order_by("name")
+
+
+class ObtainExpiringAuthToken(ObtainAuthToken):
+    """POST /api/token/: the user's token, a new one when the old one has expired.
+
+    Failures count toward the login lockout (django-axes); a locked-out caller gets 429.
+    """
+
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        if not serializer.is_valid():
+            # django-axes marks the request it refused (config/settings.py, lockout).
+            if getattr(request, "axes_locked_out", False):
+                raise Throttled(
+                    detail="Too many failed logins: this account or address is "
+                    "locked out for a while."
+                )
+            raise ValidationError(serializer.errors)
+        user = serializer.validated_data["user"]
+        token, _ = Token.objects.get_or_create(user=user)
+        if token_expired(token):
+            token.delete()
+            token = Token.objects.create(user=user)
+        return Response({"token": token.key})
