@@ -18,7 +18,10 @@ def test_check_deploy_passes_with_the_production_settings(tmp_path) -> None:
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("SECURE_", "CSP_", "SESSION_", "CSRF_"))
-        and k not in {"DEBUG", "DEPLOYMENT", "SECRET_KEY", "DATABASE_URL"}
+        # The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE for their own process; a
+        # deployment never has it (async.E001).
+        and k
+        not in {"DEBUG", "DEPLOYMENT", "SECRET_KEY", "DATABASE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"}
     }
     env.update(
         HARNESS_DATA_DIR=str(tmp_path),
