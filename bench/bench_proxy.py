@@ -167,20 +167,22 @@ def timed_call(
     *,
     api: str = "chat",
     as_forwarded: bool = False,
-) -> tuple[float, float]:
-    """One call's whole time and time to its first whole event, in ms. `as_forwarded` sends
-    the body the proxy would forward (translated, token capture added), which is what the
-    upstream serves for a proxied call."""
+) -> tuple[float, float, float]:
+    """One call's whole time, time to its first whole event and to its first byte, in ms.
+    `as_forwarded` sends the body the proxy would forward (translated, token capture
+    added), which is what the upstream serves for a proxied call."""
     body = agent_body(api, prompt_chars, turn, stream)
     if as_forwarded:
         body = forwarded_body(api, body)
     started = time.perf_counter()
     first = 0.0
     if stream:
-        # The first whole event, not the first byte: the fake upstream sends its headers
-        # before it has built any event, which would flatter the direct call.
+        # The first whole event as well as the first byte (the headers, which httpx has
+        # when stream() returns): the fake upstream sends its headers before it has built
+        # any event, so the first byte alone would flatter the direct call.
         seen = b""
         with client.stream("POST", url, json=body) as response:
+            headers_at = time.perf_counter()
             for piece in response.iter_raw():
                 if not first:
                     seen += piece
@@ -188,9 +190,11 @@ def timed_call(
                         first = time.perf_counter()
     else:
         response = client.post(url, json=body)
+        headers_at = 0.0
     done = time.perf_counter()
     assert response.status_code == 200, response.text
-    return (done - started) * 1000, ((first or done) - started) * 1000
+    ms = [(at - started) * 1000 for at in (done, first or done, headers_at or done)]
+    return ms[0], ms[1], ms[2]
 
 
 def timed_calls(
@@ -200,17 +204,19 @@ def timed_calls(
     prompt_chars: int,
     stream: bool,
     api: str,
-) -> dict[str, tuple[list[float], list[float]]]:
+) -> dict[str, tuple[list[float], list[float], list[float]]]:
     """n calls to each of `urls` (name → (url, send the forwarded body)), taken in turn so
     that a change in the machine's load falls on all of them alike."""
-    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in urls}
+    times: dict[str, tuple[list[float], list[float], list[float]]] = {
+        name: ([], [], []) for name in urls
+    }
     for i in range(n):
         for name, (url, as_forwarded) in urls.items():
-            whole, first = timed_call(
+            measured = timed_call(
                 client, url, prompt_chars, stream, i, api=api, as_forwarded=as_forwarded
             )
-            times[name][0].append(whole)
-            times[name][1].append(first)
+            for series, value in zip(times[name], measured, strict=True):
+                series.append(value)
     return times
 
 
@@ -249,8 +255,8 @@ def bench_one(
         urls["agent"] = (direct_url, False)
     timed_calls(client, urls, 20, args.prompt_chars, stream, api)  # warm up
     times = timed_calls(client, urls, args.calls, args.prompt_chars, stream, api)
-    proxied, proxied_first = times["proxied"]
-    forwarded, forwarded_first = times["forwarded"]
+    proxied, proxied_first, proxied_byte = times["proxied"]
+    forwarded, forwarded_first, forwarded_byte = times["forwarded"]
     p50, base = statistics.median(proxied), statistics.median(forwarded)
     line = (
         f"{api:9s} {'streamed' if stream else 'whole':8s} forwarded {base:5.2f} · proxied "
@@ -260,7 +266,8 @@ def bench_one(
         line += f" · agent sees {p50 - statistics.median(times['agent'][0]):5.2f}"
     if stream:
         added = statistics.median(proxied_first) - statistics.median(forwarded_first)
-        line += f" · first event +{added:4.2f}"
+        byte = statistics.median(proxied_byte) - statistics.median(forwarded_byte)
+        line += f" · first event +{added:4.2f} · first byte +{byte:4.2f}"
     print(line)
 
 

@@ -8,6 +8,7 @@ proxy's routes alone; the Host header is still checked against ALLOWED_HOSTS. Th
 views stay in the site's URLconf too (runserver and the test client go through there).
 """
 
+import gc
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -42,6 +43,11 @@ class ProxyHandler(WSGIHandler):
 
 
 proxy = ProxyHandler()
+
+# What start-up loaded (modules, URL patterns, settings, the apps) is frozen: a collection
+# during a request then walks only what requests made, not all of it (docs/proxy.md).
+gc.collect()
+gc.freeze()
 
 
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
