@@ -72,6 +72,9 @@ def serve(dev: bool) -> tuple[subprocess.Popen[bytes], str]:
             "SECRET_KEY": "bench-only-" + "x" * 40,
             "ALLOWED_HOSTS": "127.0.0.1",
             "DEBUG": "0",
+            # Served over plain http here, as docker/compose.yaml serves it: no redirect
+            # to https (the cookies stay Secure; Chromium sends them to 127.0.0.1).
+            "SECURE_SSL_REDIRECT": "0",
         }
         command = [
             str(Path(sys.executable).parent / "gunicorn"),
@@ -136,13 +139,17 @@ def main() -> None:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium_path(), args=LAUNCH_ARGS)
             viewport = {"width": 1400, "height": 1000}
-            first = browser.new_context(viewport=viewport)
+            # bypass_csp: the timing probes are JavaScript strings, which the pages' CSP
+            # (no eval) would refuse; the pages themselves need no exception.
+            first = browser.new_context(viewport=viewport, bypass_csp=True)
             login(first.new_page(), base, USERNAME, PASSWORD)
             session = first.storage_state()
             first.close()
             cold, warm = [], []
             for _ in range(args.loads):
-                context = browser.new_context(viewport=viewport, storage_state=session)
+                context = browser.new_context(
+                    viewport=viewport, storage_state=session, bypass_csp=True
+                )
                 page = context.new_page()
                 cold.append(timed_load(page, url))
                 warm.append(timed_load(page, url))
