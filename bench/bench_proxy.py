@@ -50,7 +50,6 @@ def free_port() -> int:
 
 def serve_gunicorn(threads: int, upstream_url: str) -> tuple[subprocess.Popen[bytes], str]:
     """The app under gunicorn's gthread worker, as docker/entrypoint.sh runs it."""
-    import httpx
 
     port = free_port()
     # The per-key limits off: this measures what one key's calls cost, at full rate.
@@ -73,16 +72,23 @@ def serve_gunicorn(threads: int, upstream_url: str) -> tuple[subprocess.Popen[by
         cwd=ROOT,
         env=env,
     )
+    return server, wait_until_serving(server, port)
+
+
+def wait_until_serving(server: subprocess.Popen[bytes], port: int) -> str:
+    """The server's base URL once /healthz answers; exits if it dies or takes a minute."""
+    import httpx
+
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while server.poll() is None and time.monotonic() < deadline:
         try:
             httpx.get(f"{base}/healthz", timeout=1)
-            return server, base
+            return base
         except httpx.HTTPError:
             time.sleep(0.05)
     server.kill()
-    raise SystemExit(f"gunicorn did not start (exit status {server.wait()}); see above")
+    raise SystemExit(f"the server did not start (exit status {server.wait()}); see above")
 
 
 def _upstream_process(conn: Any) -> None:

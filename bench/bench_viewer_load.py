@@ -19,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ os.environ.setdefault("HARNESS_DATA_DIR", tempfile.mkdtemp(prefix="bench-viewer-
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 os.environ["STATIC_MANIFEST"] = "1"  # collectstatic writes the hashed, gzipped copies
 
-from bench.bench_proxy import free_port  # noqa: E402
+from bench.bench_proxy import free_port, wait_until_serving  # noqa: E402
 
 USERNAME, PASSWORD = "researcher", "harness-demo"  # setup_demo's login
 PLOTS_DRAWN = (
@@ -59,8 +58,6 @@ def seed() -> int:
 
 
 def serve(dev: bool) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
-
     port = free_port()
     if dev:
         env = {**os.environ, "DEBUG": "1", "STATIC_MANIFEST": "0"}
@@ -86,16 +83,7 @@ def serve(dev: bool) -> tuple[subprocess.Popen[bytes], str]:
             "--log-level=warning",
         ]
     server = subprocess.Popen(command, cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while server.poll() is None and time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/healthz", timeout=1)
-            return server, base
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    server.kill()
-    raise SystemExit(f"the server did not start (exit status {server.wait()}); see above")
+    return server, wait_until_serving(server, port)
 
 
 def timed_load(page: Any, url: str) -> tuple[float, float, int]:
