@@ -60,18 +60,7 @@ class PolicyConfigForm(forms.ModelForm):
     class Meta:
         model = PolicyConfig
         formfield_callback = _policy_formfield
-        fields = [
-            "name",
-            "kind",
-            "base_url",
-            "model",
-            "sampling",
-            "system_prompt_version",
-            "tool_call_format",
-            "tool_parser",
-            "context_mode",
-            "context_limit",
-        ]
+        fields = list(PolicyConfig.EDITABLE_FIELDS)
         labels = {
             "base_url": "Base URL",
             "sampling": "Sampling",

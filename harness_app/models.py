@@ -246,6 +246,20 @@ class ContextMode(models.TextChoices):
 
 
 class PolicyConfig(models.Model):
+    # What a researcher sets, through the API (serializers.py) and the page (forms.py).
+    EDITABLE_FIELDS = (
+        "name",
+        "kind",
+        "base_url",
+        "model",
+        "sampling",
+        "system_prompt_version",
+        "tool_call_format",
+        "tool_parser",
+        "context_mode",
+        "context_limit",
+    )
+
     name = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=16, choices=PolicyKind.choices)
     base_url = models.URLField(blank=True, validators=[validate_policy_base_url])

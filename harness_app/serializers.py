@@ -101,20 +101,7 @@ class ImportJobSerializer(serializers.ModelSerializer[ImportJob]):
 class PolicyConfigSerializer(serializers.ModelSerializer[PolicyConfig]):
     class Meta:
         model = PolicyConfig
-        fields = [
-            "id",
-            "name",
-            "kind",
-            "base_url",
-            "model",
-            "sampling",
-            "system_prompt_version",
-            "tool_call_format",
-            "tool_parser",
-            "context_mode",
-            "context_limit",
-            "created",
-        ]
+        fields = ["id", *PolicyConfig.EDITABLE_FIELDS, "created"]
         read_only_fields = ["id", "created"]
 
     def validate_sampling(self, value: Any) -> dict[str, Any]:
