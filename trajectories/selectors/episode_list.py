@@ -47,15 +47,9 @@ SORTS = {
 SORT_COLUMNS = {
     "episode": ("newest", "oldest"),
     **{
-        name: (f"{name}_desc", f"{name}_asc")
-        for name in (
-            "curated_recall",
-            "final_answer_recall",
-            "trajectory_recall",
-            "reward",
-            "turns",
-            "tool_diversity",
-        )
+        key.removesuffix("_desc"): (key, key.removesuffix("_desc") + "_asc")
+        for key in SORTS
+        if key.endswith("_desc")
     },
 }
 
