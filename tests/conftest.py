@@ -24,6 +24,7 @@ from tests.fakes.openai_server import FakeOpenAIServer
 from tests.paths import ROOT, shared_data_root
 from tests.workers import LiveWorker, start_worker
 from trajectories.models import Episode, RolloutBatch
+from trajectories.services.annotations import annotation_bulk_apply
 
 # --- shared benchmark data and the real model server ---------------------------------------
 
@@ -180,6 +181,15 @@ def ran_batch(demo_benchmark: Benchmark, baseline_policy: PolicyConfig) -> Rollo
     return factories.batch_played(
         demo_benchmark, baseline_policy, query_limit=2, samples_per_query=2
     )
+
+
+@pytest.fixture
+def approved(demo_benchmark: Benchmark, baseline_policy: PolicyConfig, researcher: Any) -> Any:
+    """Two queries of the baseline, every episode approved by the researcher: what an SFT
+    export takes by default."""
+    batch = factories.run_batch(demo_benchmark, baseline_policy, queries=2)
+    annotation_bulk_apply(actor=researcher, filters={"batch": batch.pk}, label="approve")
+    return batch
 
 
 @pytest.fixture

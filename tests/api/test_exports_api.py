@@ -7,19 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import factories
 from training.models import SFTExport
 from training.services.sft_exports import sft_export_create, sft_export_run
-from trajectories.services.annotations import annotation_bulk_apply
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def approved(demo_benchmark, baseline_policy, researcher):
-    batch = factories.run_batch(demo_benchmark, baseline_policy, queries=2)
-    annotation_bulk_apply(actor=researcher, filters={"batch": batch.pk}, label="approve")
-    return batch
 
 
 def _create(client, body, capture):
