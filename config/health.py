@@ -81,14 +81,7 @@ def _broker() -> str:
         raise _Down(f"unreachable ({type(exc).__name__})") from None
 
 
-# Brokers that cannot broadcast: the workers cannot be asked, and waiting for their
-# answer would only make every probe as slow as the timeout (`make run`'s default).
-_NO_BROADCAST = ("filesystem://", "memory://")
-
-
 def _workers() -> str:
-    if settings.CELERY_BROKER_URL.startswith(_NO_BROADCAST):
-        return "not known: this broker cannot ask the workers"
     timeout = min(queues.CONSUMERS_TIMEOUT_S, settings.HEALTH_CHECK_TIMEOUT_S / 2)
     try:
         missing = queues.queues_without_consumers(timeout=timeout)
