@@ -287,6 +287,11 @@ SPECTACULAR_SETTINGS = {
     "Authenticate with `Authorization: Token <key>` (POST /api/token/ gives the key).",
     "VERSION": "1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Every operation's error answers (400/401/403/404/415/429), documented by one hook.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.openapi.add_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "BatchStatusEnum": "trajectories.models.BatchStatus",
         "WorkStatusEnum": "training.models.ExportStatus",

@@ -124,6 +124,7 @@ class ObtainExpiringAuthToken(ObtainAuthToken):
     Failures count toward the login lockout (django-axes); a locked-out caller gets 429.
     """
 
+    @extend_schema(auth=[])  # open to anyone: it is how a client gets credentials
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
         if not serializer.is_valid():

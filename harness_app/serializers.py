@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from harness_app.forms import MAX_UPLOAD_BYTES, UPLOAD_SUFFIXES, split_validator
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
+from harness_app.ids import as_id, id_problem
 from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind
 from harness_app.selectors import import_job_progress
 
@@ -20,6 +21,19 @@ SAMPLING_TYPES: dict[str, type] = {
     "max_tokens": int,
     "seed": int,
 }
+
+
+class RowIdField(serializers.PrimaryKeyRelatedField):
+    """A related row named by its id, which must be a whole number in the id range.
+
+    DRF's own field passes the value to the query as it is, where 1.7 becomes row 1; here
+    `1.7`, `true` and ids past 64 bits are refused, naming the field (harness_app/ids.py).
+    """
+
+    def to_internal_value(self, data: Any) -> Any:
+        if as_id(data) is None:
+            raise serializers.ValidationError(id_problem(data))
+        return super().to_internal_value(data)
 
 
 class BenchmarkSerializer(serializers.ModelSerializer[Benchmark]):

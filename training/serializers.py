@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE, STRATEGIES, STRATEGY_ALIASES
 from harness_app.models import Benchmark, PolicyConfig
+from harness_app.serializers import RowIdField
 from training.models import (
     ExportFormat,
     ExportStatus,
@@ -43,7 +44,7 @@ class ExportCreateSerializer(serializers.Serializer[Any]):
 
 class ExportSerializer(serializers.ModelSerializer[SFTExport]):
     format = serializers.CharField(source="fmt", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", default=None)
+    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True)
     download = serializers.SerializerMethodField()
 
     class Meta:
@@ -83,8 +84,8 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
     extra) are checked by rl_jobs.rl_job_create, which names what it refuses."""
 
     name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
-    benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
-    warm_start = serializers.PrimaryKeyRelatedField(
+    benchmark = RowIdField(queryset=Benchmark.objects.all())
+    warm_start = RowIdField(
         queryset=SFTJob.objects.all(),
         required=False,
         allow_null=True,
@@ -92,7 +93,7 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
         help_text="a completed SFT job to start from: its policy, weights folder, LoRA rank "
         "and targets replace base_policy, base_model_dir, lora_rank and lora_targets",
     )
-    base_policy = serializers.PrimaryKeyRelatedField(
+    base_policy = RowIdField(
         queryset=PolicyConfig.objects.all(),
         required=False,
         allow_null=True,
@@ -159,9 +160,7 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
 
 class PolicyVersionSerializer(serializers.ModelSerializer[PolicyVersion]):
     model = serializers.CharField(source="policy.model", read_only=True)
-    policy: serializers.PrimaryKeyRelatedField[PolicyConfig] = serializers.PrimaryKeyRelatedField(
-        read_only=True
-    )
+    policy: serializers.PrimaryKeyRelatedField[PolicyConfig] = RowIdField(read_only=True)
 
     class Meta:
         model = PolicyVersion
@@ -172,9 +171,7 @@ class PolicyVersionSerializer(serializers.ModelSerializer[PolicyVersion]):
 class RLStepSerializer(serializers.ModelSerializer[RLStep]):
     version = serializers.IntegerField(source="version.number", read_only=True)
     produced = serializers.IntegerField(source="produced.number", default=None, read_only=True)
-    batch: serializers.PrimaryKeyRelatedField[Any] = serializers.PrimaryKeyRelatedField(
-        read_only=True
-    )
+    batch: serializers.PrimaryKeyRelatedField[Any] = RowIdField(read_only=True)
 
     class Meta:
         model = RLStep
@@ -194,7 +191,7 @@ class RLStepSerializer(serializers.ModelSerializer[RLStep]):
 
 
 class RLJobSerializer(serializers.ModelSerializer[RLJob]):
-    created_by = serializers.CharField(source="created_by.username", default=None)
+    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True)
     progress = serializers.FloatField(help_text="steps done / steps, 0 to 1", read_only=True)
 
     class Meta:
@@ -259,8 +256,8 @@ class SFTJobCreateSerializer(serializers.Serializer[Any]):
     weights on disk) are checked by sft_jobs.sft_job_create, which names what it refuses."""
 
     name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
-    export = serializers.PrimaryKeyRelatedField(queryset=SFTExport.objects.all())
-    base_policy = serializers.PrimaryKeyRelatedField(
+    export = RowIdField(queryset=SFTExport.objects.all())
+    base_policy = RowIdField(
         queryset=PolicyConfig.objects.all(),
         help_text="the student: the OpenAI-compatible policy whose vLLM server serves the adapter",
     )
@@ -292,7 +289,7 @@ class SFTJobCreateSerializer(serializers.Serializer[Any]):
 
 
 class SFTJobSerializer(serializers.ModelSerializer[SFTJob]):
-    created_by = serializers.CharField(source="created_by.username", default=None)
+    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True)
     progress = serializers.FloatField(help_text="steps done / total steps, 0 to 1", read_only=True)
     model = serializers.CharField(
         source="policy.model", default=None, read_only=True, help_text="the served adapter"

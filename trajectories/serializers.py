@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
 from harness_app.models import Benchmark, PolicyConfig
+from harness_app.serializers import RowIdField
 from trajectories.models import (
     AblationMatrix,
     Annotation,
@@ -28,8 +29,8 @@ from trajectories.services.annotations import MAX_OVERLAP
 class BatchCreateSerializer(serializers.Serializer[Any]):
     """Types only: the ranges and the rest are checked by services.batch_create."""
 
-    benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
-    policy = serializers.PrimaryKeyRelatedField(queryset=PolicyConfig.objects.all())
+    benchmark = RowIdField(queryset=Benchmark.objects.all())
+    policy = RowIdField(queryset=PolicyConfig.objects.all())
     samples_per_query = serializers.IntegerField(default=1, help_text="1 to 64")
     max_turns = serializers.IntegerField(default=40, help_text="1 to 200")
     termination_policy = serializers.ChoiceField(
@@ -64,7 +65,7 @@ class BatchCreateSerializer(serializers.Serializer[Any]):
 class BatchSerializer(serializers.ModelSerializer[RolloutBatch]):
     benchmark_name = serializers.CharField(source="benchmark.name", read_only=True)
     policy_name = serializers.CharField(source="policy.name", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", default=None)
+    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True)
     progress = serializers.FloatField(help_text="finished episodes / total, 0 to 1")
 
     class Meta:
@@ -120,7 +121,7 @@ class AblationMatrixCreateSerializer(serializers.Serializer[Any]):
     """Types only: the ranges, the policy and the rest are checked by
     services.ablations.ablation_matrix_create."""
 
-    benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
+    benchmark = RowIdField(queryset=Benchmark.objects.all())
     policy = serializers.CharField(default="baseline", help_text="an in-process policy by name")
     runs = serializers.IntegerField(default=1, help_text="1 to 20")
     query_limit = serializers.IntegerField(required=False, allow_null=True, default=None)
@@ -136,7 +137,7 @@ class AblationMatrixCreateSerializer(serializers.Serializer[Any]):
 
 class AblationMatrixSerializer(serializers.ModelSerializer[AblationMatrix]):
     benchmark_name = serializers.CharField(source="benchmark.name", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", default=None)
+    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True)
     progress = serializers.FloatField(help_text="finished episodes / total, 0 to 1")
     result = serializers.JSONField(
         help_text="once done, the `ablate --json` document: settings and a `conditions` list "
@@ -325,7 +326,7 @@ class AnnotationSerializer(serializers.ModelSerializer[Annotation]):
 
 
 class AnnotationCreateSerializer(serializers.Serializer[Any]):
-    episode = serializers.PrimaryKeyRelatedField(queryset=Episode.objects.all())
+    episode = RowIdField(queryset=Episode.objects.all())
     label = serializers.ChoiceField(choices=AnnotationLabel.choices)  # type: ignore[assignment]
     reason = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
     notes = serializers.CharField(required=False, default="", allow_blank=True)
@@ -366,7 +367,7 @@ class BulkCountSerializer(serializers.Serializer[Any]):
 
 
 class BulkActionSerializer(serializers.ModelSerializer[AnnotationBulkAction]):
-    actor = serializers.CharField(source="actor.username", default=None)
+    actor = serializers.CharField(source="actor.username", default=None, allow_null=True)
 
     class Meta:
         model = AnnotationBulkAction

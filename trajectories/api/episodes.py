@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from harness_app.api import CanBrowse
+from harness_app.ids import as_id
 from trajectories.api.filters import FILTER_PARAMETERS, query_filters
 from trajectories.episode_filters import episodes_matching
 from trajectories.models import Episode
@@ -36,6 +37,16 @@ class EpisodeCursor(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request: Request) -> int | None:
+        """A page size that is not a whole number is refused, not quietly replaced by the
+        default as DRF does; one above max_page_size is cut to it."""
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is not None and as_id(raw) is None:
+            raise ValidationError(
+                {self.page_size_query_param: [f"expected a whole number from 1, got {raw!r}"]}
+            )
+        return super().get_page_size(request)
 
 
 class EpisodeViewSet(viewsets.ReadOnlyModelViewSet[Episode]):
@@ -67,7 +78,7 @@ class EpisodeViewSet(viewsets.ReadOnlyModelViewSet[Episode]):
         parameters=[OpenApiParameter("min_reward", OpenApiTypes.NUMBER)],
         responses={200: RewardHackingSerializer(many=True)},
     )
-    @action(detail=False, methods=["get"], url_path="reward-hacking")
+    @action(detail=False, methods=["get"], url_path="reward-hacking", pagination_class=None)
     def reward_hacking(self, request: Request) -> Response:
         """Rejected episodes whose reward is at least that of the average approved one."""
         raw = request.query_params.get("min_reward") or None
