@@ -32,6 +32,7 @@ class BenchmarkUploadForm(forms.Form):
     format = forms.ChoiceField(
         choices=FORMAT_CHOICES,
         initial="auto",
+        required=False,
         help_text="How to read the file; detected from its layout or first record if not "
         "chosen (docs/corpora.md).",
     )
@@ -45,6 +46,9 @@ class BenchmarkUploadForm(forms.Form):
     replace = forms.BooleanField(
         required=False, help_text="Swap out an existing benchmark of this name."
     )
+
+    def clean_format(self) -> str:
+        return str(self.cleaned_data.get("format") or "auto")
 
     def clean_file(self) -> UploadedFile:
         upload: UploadedFile = self.cleaned_data["file"]

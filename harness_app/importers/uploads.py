@@ -74,6 +74,11 @@ def zip_format(archive: Path) -> str:
                 return "frames"
             if any(n.name == QUERY_FILES[1] for n in names):
                 return "browsecomp-plus"
+            if not any(n.name == "corpus.jsonl" for n in names):
+                raise ImportRejected(
+                    f"{archive.name}: the zip holds no corpus.jsonl (a BEIR or BrowseComp-Plus "
+                    f"folder) or {PAGES_FILE} (a FRAMES folder)"
+                )
             root = _zip_root(bundle, "corpus.jsonl")
             with bundle.open(str(root / "corpus.jsonl") if root.parts else "corpus.jsonl") as f:
                 first = f.readline(1024 * 1024).decode("utf-8", "replace")
