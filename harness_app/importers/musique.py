@@ -78,7 +78,9 @@ def _paragraphs(
     if not isinstance(value, list):
         got = "missing" if value is None else f"must be a list, got {type(value).__name__}"
         raise BenchmarkFormatError(path, line, got, "paragraphs")
-    paragraphs, positions, supporting = [], {}, []
+    paragraphs: list[Paragraph] = []
+    positions: dict[int, int] = {}
+    supporting: list[int] = []
     for position, item in enumerate(value):
         name = f"paragraphs[{position}]"
         if not isinstance(item, dict):

@@ -36,7 +36,7 @@ class TwoWikiSource(ParagraphSource):
         qid = identifier_field(path, line, row, "_id")
         answer = string_field(path, line, row, "answer")
         paragraphs = _context(path, line, row.get("context"))
-        titles = {}
+        titles: dict[str, int] = {}
         for position, para in enumerate(paragraphs):
             titles.setdefault(para.title, position)
         judged = []

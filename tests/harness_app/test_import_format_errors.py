@@ -343,9 +343,7 @@ FRAMES_CASES: dict[str, tuple[Build, str]] = {
     ),
     "duplicate question id": (
         _frames(
-            _questions_jsonl(
-                [{"id": "f", "Prompt": "p", "Answer": "a", "wiki_links": [LINK]}] * 2
-            )
+            _questions_jsonl([{"id": "f", "Prompt": "p", "Answer": "a", "wiki_links": [LINK]}] * 2)
         ),
         r"questions\.jsonl, line 2, field 'id': duplicate id 'f' \(first on line 1\)",
     ),

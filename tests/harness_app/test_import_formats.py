@@ -187,4 +187,9 @@ def test_the_command_detects_each_format() -> None:
         call_command("import_benchmark", str(path), "--name", name, "--no-progress", stdout=out)
         assert f"Imported benchmark {name!r}" in out.getvalue()
     sources = dict(Benchmark.objects.values_list("name", "source"))
-    assert sources == {"m": "musique", "w": "2wikimultihopqa", "b": "browsecomp-plus", "f": "frames"}
+    assert sources == {
+        "m": "musique",
+        "w": "2wikimultihopqa",
+        "b": "browsecomp-plus",
+        "f": "frames",
+    }

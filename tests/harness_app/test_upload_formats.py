@@ -68,9 +68,7 @@ def test_the_page_offers_the_formats(researcher_client) -> None:
         assert f'<option value="{value}"' in page
 
 
-def test_a_chosen_format_that_does_not_fit_the_file_is_refused(
-    researcher_client, data_dir
-) -> None:
+def test_a_chosen_format_that_does_not_fit_the_file_is_refused(researcher_client, data_dir) -> None:
     response = _post(researcher_client, MUSIQUE.read_bytes(), "m.jsonl", format="beir")
 
     assert "a .jsonl upload is read as musique, 2wikimultihopqa, not beir" in (
