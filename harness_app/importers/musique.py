@@ -11,7 +11,6 @@ from harness_app.importers.paragraphs import (
     ParagraphSource,
     QuestionRecord,
     answer_in_text,
-    paragraph,
     string_list,
 )
 from harness_app.importers.records import BenchmarkFormatError, QueryRecord
@@ -100,7 +99,7 @@ def _paragraphs(
             raise BenchmarkFormatError(path, line, message, f"{name}.is_supporting")
         if is_supporting:
             supporting.append(position)
-        paragraphs.append(paragraph(path, line, name, title, text))
+        paragraphs.append(Paragraph(title, text))
     return tuple(paragraphs), positions, supporting
 
 

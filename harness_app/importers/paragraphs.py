@@ -31,9 +31,13 @@ YES_NO = ("yes", "no")
 
 @dataclass(frozen=True, slots=True)
 class Paragraph:
-    doc_id: str
     title: str
     text: str
+
+    @property
+    def doc_id(self) -> str:
+        # computed when asked: the queries pass never asks, the qrels pass for a few
+        return paragraph_doc_id(self.title, self.text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +53,6 @@ def paragraph_doc_id(title: str, text: str) -> str:
     """`<title made safe>-<12 hex digits of sha1(title, text)>`: stable across files."""
     digest = hashlib.sha1(f"{title}\x00{text}".encode(), usedforsecurity=False).hexdigest()
     return f"{hotpotqa_doc_id(title)[:200]}-{digest[:12]}"
-
-
-def paragraph(path: Path, line: int, name: str, title: str, text: str) -> Paragraph:
-    title = storable(path, line, name, title)
-    text = storable(path, line, name, text)
-    return Paragraph(paragraph_doc_id(title, text), title, text)
 
 
 def join_sentences(sentences: Iterable[str]) -> str:
@@ -163,9 +161,9 @@ class ParagraphSource:
         seen: set[str] = set()
         for record in self._records():
             for para in record.paragraphs:
-                if para.doc_id not in seen:
-                    seen.add(para.doc_id)
-                    yield Document(para.doc_id, para.title, para.text)
+                if (doc_id := para.doc_id) not in seen:
+                    seen.add(doc_id)
+                    yield Document(doc_id, para.title, para.text)
 
     def duplicate_document(self) -> BenchmarkFormatError | None:
         return None  # ids are derived from the content, each yielded once

@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness_app.importers.fields import identifier_field, metadata_field, string_field
+from harness_app.importers.fields import (
+    identifier_field,
+    metadata_field,
+    storable,
+    string_field,
+)
 from harness_app.importers.paragraphs import (
     YES_NO,
     Paragraph,
@@ -13,7 +18,6 @@ from harness_app.importers.paragraphs import (
     QuestionRecord,
     answer_in_text,
     join_sentences,
-    paragraph,
 )
 from harness_app.importers.records import BenchmarkFormatError, QueryRecord
 
@@ -73,7 +77,8 @@ def _context(path: Path, line: int, context: Any) -> tuple[Paragraph, ...]:
         title, sentences = item
         if not (isinstance(sentences, list) and all(isinstance(s, str) for s in sentences)):
             raise BenchmarkFormatError(path, line, "sentences must be a list of strings", name)
-        paragraphs.append(paragraph(path, line, name, title, join_sentences(sentences)))
+        text = storable(path, line, name, join_sentences(sentences))
+        paragraphs.append(Paragraph(storable(path, line, name, title), text))
     return tuple(paragraphs)
 
 

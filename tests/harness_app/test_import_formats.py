@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from harness_app.importers.formats import format_detect
 from harness_app.importers.frames import page_key
@@ -193,3 +193,18 @@ def test_the_command_detects_each_format() -> None:
         "b": "browsecomp-plus",
         "f": "frames",
     }
+
+
+@pytest.mark.django_db
+def test_the_command_asks_for_a_format_it_cannot_tell(tmp_path: Path) -> None:
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"question": "q", "answer": "a"}\n')
+
+    with pytest.raises(CommandError) as raised:
+        call_command("import_benchmark", str(path), "--name", "x", "--no-progress")
+
+    assert str(raised.value) == (
+        "mine.jsonl: can't tell the benchmark format from its first record; choose one of "
+        "beir, hotpotqa, musique, 2wikimultihopqa, browsecomp-plus, frames\nNothing was written."
+    )
+    assert not Benchmark.objects.exists()
