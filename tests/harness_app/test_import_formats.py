@@ -19,6 +19,7 @@ from harness_app.importers.frames import page_key
 from harness_app.importers.paragraphs import answer_in_text, join_sentences, paragraph_doc_id
 from harness_app.models import Benchmark, Query
 from harness_app.services.benchmarks import benchmark_import
+from harness_app.services.exports import benchmark_export
 from tests.paths import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -208,3 +209,18 @@ def test_the_command_asks_for_a_format_it_cannot_tell(tmp_path: Path) -> None:
         "beir, hotpotqa, musique, 2wikimultihopqa, browsecomp-plus, frames\nNothing was written."
     )
     assert not Benchmark.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_exported_musique_benchmark_keeps_answers_and_aliases(tmp_path: Path) -> None:
+    benchmark_import(path=MUSIQUE, name="musique", fmt="musique")
+    benchmark_export(benchmark=Benchmark.objects.get(name="musique"), directory=tmp_path / "out")
+
+    again = benchmark_import(path=tmp_path / "out", name="as-beir", fmt="beir")
+
+    assert (again.documents, again.queries, again.qrels) == (6, 2, 5)
+    assert again.corpus_reused  # the same documents in the same order: one corpus
+    query = Query.objects.get(benchmark__name="as-beir", external_id="2hop__1_2")
+    assert query.answer == "Sallow River"
+    assert query.metadata["answer_aliases"] == ["the Sallow", "River Sallow"]
+    assert judgements("as-beir") == judgements("musique")
