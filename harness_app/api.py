@@ -80,7 +80,7 @@ class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet[Benchmark]):
     )
     @action(detail=False, methods=["post"], url_path="import")
     def import_upload(self, request: Request) -> Response:
-        """Upload a BEIR .zip or HotpotQA .json; a worker imports it (poll /imports/{id}/)."""
+        """Upload a benchmark file; a worker imports it (poll /imports/{id}/)."""
         form = BenchmarkImportSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
@@ -90,6 +90,7 @@ class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet[Benchmark]):
                 name=data["name"],
                 split=data["split"],
                 replace=data["replace"],
+                fmt=data["format"],
                 created_by=request_user(request),
             )
         except ImportRejected as exc:

@@ -10,11 +10,15 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.core.validators import RegexValidator
 
-from harness_app.importers.formats import SPLIT_PATTERN
-from harness_app.models import PolicyConfig
+from harness_app.importers.formats import FORMATS, SPLIT_PATTERN
+from harness_app.models import BenchmarkSource, PolicyConfig
 
 MAX_UPLOAD_BYTES = 2 * 1024**3
-UPLOAD_SUFFIXES = (".zip", ".json")
+UPLOAD_SUFFIXES = (".zip", ".json", ".jsonl")
+UPLOAD_KINDS = "a .zip (a benchmark folder), a .json or a .jsonl file"
+FORMAT_CHOICES = [("auto", "Detect from the file")] + [
+    (value, label) for value, label in BenchmarkSource.choices if value in FORMATS
+]
 
 # The split names a file (qrels/<split>.tsv), so it may not carry a path.
 split_validator = RegexValidator(SPLIT_PATTERN, "Use letters, digits, '.', '_' or '-'.")
@@ -22,8 +26,15 @@ split_validator = RegexValidator(SPLIT_PATTERN, "Use letters, digits, '.', '_' o
 
 class BenchmarkUploadForm(forms.Form):
     file = forms.FileField(
-        help_text="A .zip of a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) "
-        "or an official HotpotQA .json file."
+        help_text="A .zip of a BEIR, BrowseComp-Plus or FRAMES folder, a HotpotQA or "
+        "2WikiMultihopQA .json, or a MuSiQue or 2WikiMultihopQA .jsonl file."
+    )
+    format = forms.ChoiceField(
+        choices=FORMAT_CHOICES,
+        initial="auto",
+        required=False,
+        help_text="How to read the file; detected from its layout or first record if not "
+        "chosen (docs/corpora.md).",
     )
     name = forms.CharField(max_length=200, help_text="The benchmark's name; must be unique.")
     split = forms.CharField(
@@ -36,10 +47,13 @@ class BenchmarkUploadForm(forms.Form):
         required=False, help_text="Swap out an existing benchmark of this name."
     )
 
+    def clean_format(self) -> str:
+        return str(self.cleaned_data.get("format") or "auto")
+
     def clean_file(self) -> UploadedFile:
         upload: UploadedFile = self.cleaned_data["file"]
         if Path(upload.name or "").suffix.lower() not in UPLOAD_SUFFIXES:
-            raise forms.ValidationError("Upload a .zip (BEIR folder) or a .json (HotpotQA) file.")
+            raise forms.ValidationError(f"Upload {UPLOAD_KINDS}.")
         if upload.size and upload.size > MAX_UPLOAD_BYTES:
             raise forms.ValidationError(f"The file is larger than {MAX_UPLOAD_BYTES:,} bytes.")
         return upload

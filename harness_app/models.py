@@ -80,6 +80,10 @@ class Document(models.Model):
 class BenchmarkSource(models.TextChoices):
     BEIR = "beir", "BEIR folder"
     HOTPOTQA = "hotpotqa", "HotpotQA JSON"
+    MUSIQUE = "musique", "MuSiQue JSONL"
+    TWOWIKI = "2wikimultihopqa", "2WikiMultihopQA JSON or JSONL"
+    BROWSECOMP_PLUS = "browsecomp-plus", "BrowseComp-Plus folder"
+    FRAMES = "frames", "FRAMES-style questions and pages"
     DEMO = "demo", "Built-in demo"
 
 

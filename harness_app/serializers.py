@@ -8,7 +8,13 @@ from typing import Any
 from django.core.files.uploadedfile import UploadedFile
 from rest_framework import serializers
 
-from harness_app.forms import MAX_UPLOAD_BYTES, UPLOAD_SUFFIXES, split_validator
+from harness_app.forms import (
+    FORMAT_CHOICES,
+    MAX_UPLOAD_BYTES,
+    UPLOAD_KINDS,
+    UPLOAD_SUFFIXES,
+    split_validator,
+)
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
 from harness_app.ids import as_id, id_problem
 from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind
@@ -62,7 +68,13 @@ class BenchmarkSerializer(serializers.ModelSerializer[Benchmark]):
 
 class BenchmarkImportSerializer(serializers.Serializer[Any]):
     file = serializers.FileField(
-        help_text="A .zip of a BEIR folder or an official HotpotQA .json file."
+        help_text="A .zip of a BEIR, BrowseComp-Plus or FRAMES folder, a HotpotQA or "
+        "2WikiMultihopQA .json, or a MuSiQue or 2WikiMultihopQA .jsonl file."
+    )
+    format = serializers.ChoiceField(
+        choices=FORMAT_CHOICES,
+        default="auto",
+        help_text="How to read the file; auto detects it from its layout or first record.",
     )
     name = serializers.CharField(max_length=200)
     split = serializers.CharField(max_length=50, default="test", validators=[split_validator])
@@ -70,9 +82,7 @@ class BenchmarkImportSerializer(serializers.Serializer[Any]):
 
     def validate_file(self, upload: UploadedFile) -> UploadedFile:
         if Path(upload.name or "").suffix.lower() not in UPLOAD_SUFFIXES:
-            raise serializers.ValidationError(
-                "upload a .zip (BEIR folder) or a .json (HotpotQA) file"
-            )
+            raise serializers.ValidationError(f"upload {UPLOAD_KINDS}")
         if upload.size and upload.size > MAX_UPLOAD_BYTES:
             raise serializers.ValidationError(f"the file is larger than {MAX_UPLOAD_BYTES:,} bytes")
         return upload

@@ -55,6 +55,7 @@ def benchmark_upload(request: HttpRequest) -> HttpResponse:
                 name=data["name"],
                 split=data["split"],
                 replace=data["replace"],
+                fmt=data["format"],
                 created_by=request.user if isinstance(request.user, User) else None,
             )
         except ImportRejected as exc:

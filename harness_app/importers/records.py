@@ -46,6 +46,8 @@ class QrelRecord:
     grade: int
     path: str  # where the judgement came from, for error messages
     line: int
+    query_field: str = "query-id"  # the field an unknown query or document is reported in
+    doc_field: str = "corpus-id"
 
 
 @dataclass

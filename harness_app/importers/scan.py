@@ -107,12 +107,12 @@ def _scan_qrels(
     judged: set[tuple[str, str]] = set()
     for qrel in source.qrels():
         if qrel.query_id not in query_ids:
-            raise qrel_error(qrel, f"unknown query {qrel.query_id!r}", "query-id")
+            raise qrel_error(qrel, f"unknown query {qrel.query_id!r}", qrel.query_field)
         if not _hash_present(id_hashes, string_hash(qrel.doc_id)):
-            raise qrel_error(qrel, f"unknown document {qrel.doc_id!r}", "corpus-id")
+            raise qrel_error(qrel, f"unknown document {qrel.doc_id!r}", qrel.doc_field)
         if (qrel.query_id, qrel.doc_id) in judged:
             raise qrel_error(
-                qrel, f"{qrel.query_id!r}/{qrel.doc_id!r} is judged twice", "corpus-id"
+                qrel, f"{qrel.query_id!r}/{qrel.doc_id!r} is judged twice", qrel.doc_field
             )
         judged.add((qrel.query_id, qrel.doc_id))
         hasher.add(qrel.query_id, qrel.doc_id, str(qrel.grade))

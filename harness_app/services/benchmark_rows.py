@@ -147,5 +147,5 @@ def _qrels_resolve(
     )
     for qrel in pending:
         if qrel.doc_id not in documents:  # a 64-bit hash collision fooled the check pass
-            raise qrel_error(qrel, f"unknown document {qrel.doc_id!r}", "corpus-id")
+            raise qrel_error(qrel, f"unknown document {qrel.doc_id!r}", qrel.doc_field)
         writer.add((queries[qrel.query_id], documents[qrel.doc_id], qrel.grade))

@@ -20,8 +20,8 @@ from django.utils import timezone
 from harness_app import queues
 from harness_app.harness.beir import BeirFormatError
 from harness_app.importers.records import ImportProgress, ImportRejected
-from harness_app.importers.uploads import upload_source_path
-from harness_app.models import BenchmarkSource, ImportJob, ImportStatus
+from harness_app.importers.uploads import UPLOAD_FORMATS, upload_format, upload_source_path
+from harness_app.models import ImportJob, ImportStatus
 from harness_app.services.benchmarks import ImportResult, benchmark_import, benchmark_name_clean
 
 logger = logging.getLogger(__name__)
@@ -34,20 +34,31 @@ def import_job_create(
     split: str,
     replace: bool,
     created_by: User | None,
+    fmt: str = "auto",
 ) -> ImportJob:
-    """Save an uploaded zip (BEIR) or .json (HotpotQA) and queue its import."""
+    """Save an uploaded zip (a folder) or .json/.jsonl file and queue its import.
+
+    The format is `fmt`, or detected from the saved file when "auto"; a file the format
+    can't be told of, or of the wrong kind for `fmt`, is refused here and nothing is kept.
+    """
+    name = benchmark_name_clean(name)
     suffix = Path(upload.name or "").suffix.lower()
-    fmt = {".zip": BenchmarkSource.BEIR, ".json": BenchmarkSource.HOTPOTQA}.get(suffix)
-    if fmt is None:
-        raise ImportRejected("upload a .zip of a BEIR folder or a HotpotQA .json file")
+    if suffix not in UPLOAD_FORMATS:
+        raise ImportRejected("upload a .zip of a benchmark folder, or a .json or .jsonl file")
     folder = settings.DATA_DIR / "uploads" / uuid.uuid4().hex
     folder.mkdir(parents=True)
     target = folder / f"upload{suffix}"
     with open(target, "wb") as sink:
         for chunk in upload.chunks():
             sink.write(chunk)
+    try:
+        fmt = upload_format(target, fmt)
+    except ImportRejected as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        message = str(exc).replace(target.name, upload.name or target.name)
+        raise ImportRejected(message) from None
     return _import_job_queue(
-        name=benchmark_name_clean(name),
+        name=name,
         fmt=fmt,
         split=split,
         replace=replace,
@@ -92,11 +103,11 @@ def import_job_run(*, job_id: int) -> ImportJob | None:
     upload = Path(job.upload_path)
     progress = ProgressFile(upload.parent / "progress.json")
     try:
-        path, fmt = upload_source_path(upload, upload.parent / "unpacked")
+        path = upload_source_path(upload, upload.parent / "unpacked", job.fmt)
         result = benchmark_import(
             path=path,
             name=job.name,
-            fmt=fmt,
+            fmt=job.fmt,
             split=job.split,
             replace=job.replace,
             progress=progress,

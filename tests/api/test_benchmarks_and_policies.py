@@ -53,7 +53,8 @@ def test_upload_of_the_wrong_kind_of_file_says_what_to_send(researcher_api):
         "/api/benchmarks/import/", {"file": upload, "name": "x"}, format="multipart"
     )
     assert response.status_code == 400
-    assert response.json() == {"file": ["upload a .zip (BEIR folder) or a .json (HotpotQA) file"]}
+    expected = "upload a .zip (a benchmark folder), a .json or a .jsonl file"
+    assert response.json() == {"file": [expected]}
 
 
 def test_annotators_cannot_upload(annotator_api):

@@ -182,7 +182,8 @@ def test_upload_refuses_other_file_types(researcher_client) -> None:
     )
 
     assert response.status_code == 200
-    assert "Upload a .zip (BEIR folder) or a .json (HotpotQA) file." in response.content.decode()
+    page = response.content.decode()
+    assert "Upload a .zip (a benchmark folder), a .json or a .jsonl file." in page
     assert not ImportJob.objects.exists()
 
 
@@ -263,12 +264,15 @@ def test_a_zip_without_a_corpus_is_refused(researcher_client, tmp_path, data_dir
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as bundle:
         bundle.writestr("../../evil.txt", "no")
-    job = _queued_job(researcher_client, data_dir, buffer.getvalue(), "evil.zip")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("harness_app.tasks.import_job_run.apply_async", lambda *a, **k: None)
+        response = researcher_client.post(
+            "/benchmarks/upload/",
+            {"file": SimpleUploadedFile("evil.zip", buffer.getvalue()), "name": "o", "split": "t"},
+        )
 
-    import_job_run(job_id=job.pk)
-
-    job.refresh_from_db()
-    assert job.status == ImportStatus.FAILED and "holds no corpus.jsonl" in job.message
+    assert "evil.zip: the zip holds no corpus.jsonl" in response.content.decode()
+    assert not ImportJob.objects.exists()  # refused on arrival, before any job
     assert not (data_dir.parent / "evil.txt").exists()
 
 

@@ -1,7 +1,9 @@
 """Import a benchmark from the command line, with a progress bar on stderr.
 
-manage.py import_benchmark PATH --name NAME [--format beir|hotpotqa] [--split test]
-                           [--replace]
+manage.py import_benchmark PATH --name NAME [--format FORMAT] [--split test] [--replace]
+
+FORMAT is one of beir, hotpotqa, musique, 2wikimultihopqa, browsecomp-plus, frames; without
+it the format is detected from the folder's layout or the file's first record.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harness_app.harness.beir import BeirFormatError
+from harness_app.importers.formats import FORMATS, format_detect
 from harness_app.importers.records import ImportProgress, ImportRejected
 from harness_app.services.benchmarks import benchmark_import
 
@@ -61,16 +64,16 @@ class ProgressBar:
 
 
 class Command(BaseCommand):
-    help = "Import a BEIR folder or a HotpotQA JSON file as a benchmark, all or nothing."
+    help = "Import a benchmark folder or file (docs/corpora.md), all or nothing."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("path", type=Path, help="BEIR folder or HotpotQA .json file")
+        parser.add_argument("path", type=Path, help="benchmark folder or file")
         parser.add_argument("--name", required=True, help="benchmark name")
         parser.add_argument(
             "--format",
             dest="fmt",
-            choices=["beir", "hotpotqa"],
-            help="default: hotpotqa for a .json file, beir otherwise",
+            choices=FORMATS,
+            help="default: detected from the folder's layout or the file's first record",
         )
         parser.add_argument("--split", default="test", help="BEIR qrels split (default test)")
         parser.add_argument(
@@ -80,10 +83,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: Path = options["path"]
-        fmt = options["fmt"] or ("hotpotqa" if path.suffix.lower() == ".json" else "beir")
         bar = None if options["no_progress"] else ProgressBar(sys.stderr)
         started = time.monotonic()
         try:
+            fmt = options["fmt"] or format_detect(path)
             result = benchmark_import(
                 path=path,
                 name=options["name"],
