@@ -27,8 +27,9 @@ def test_healthz_is_public_and_reports_both_checks(client) -> None:
 
 def _healthz_in_subprocess(tmp_path, **env: str) -> dict:
     code = (
-        "import django, json; django.setup(); from django.test import Client; "
-        "r = Client().get('/healthz'); print(json.dumps({'http': r.status_code, **r.json()}))"
+        "import django, json, time; django.setup(); from django.test import Client; "
+        "t = time.monotonic(); r = Client().get('/healthz'); s = time.monotonic() - t; "
+        "print(json.dumps({'http': r.status_code, 'seconds': s, **r.json()}))"
     )
     full = dict(os.environ, HARNESS_DATA_DIR=str(tmp_path), HEALTH_CHECK_TIMEOUT_S="1", **env)
     full["DJANGO_SETTINGS_MODULE"] = "config.settings"
@@ -75,13 +76,11 @@ def test_healthz_answers_within_5_s_when_servers_accept_and_never_reply(tmp_path
 
     threading.Thread(target=accept, daemon=True).start()
     try:
-        started = time.monotonic()
         body = _healthz_in_subprocess(
             tmp_path,
             CELERY_BROKER_URL=f"redis://127.0.0.1:{port}/0",
             DATABASE_URL=f"postgres://nobody@127.0.0.1:{port}/nothing",
         )
-        elapsed = time.monotonic() - started
     finally:
         silent.close()
         for conn in held:
@@ -89,7 +88,7 @@ def test_healthz_answers_within_5_s_when_servers_accept_and_never_reply(tmp_path
     assert body["http"] == 503
     assert body["checks"]["database"] == {"ok": False, "detail": "no answer within 1 s"}
     assert body["checks"]["broker"] == {"ok": False, "detail": "no answer within 1 s"}
-    assert elapsed < 5 + 3  # the answer in under 5 s, plus the subprocess's start-up
+    assert body["seconds"] < 5  # the request alone: a busy machine's start-up is not in it
 
 
 @pytest.mark.django_db
