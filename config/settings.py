@@ -301,6 +301,7 @@ SPECTACULAR_SETTINGS = {
         "RLAlgorithmEnum": "training.models.RLAlgorithm",
         "HarnessGroupStatusEnum": "trajectories.models.HarnessGroupStatus",
         "HarnessRunStatusEnum": "trajectories.models.HarnessRunStatus",
+        "EvaluationStatusEnum": "trajectories.models.EvaluationStatus",
     },
 }
 
