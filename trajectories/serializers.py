@@ -241,8 +241,14 @@ class EvaluationRunSerializer(serializers.ModelSerializer[EvaluationRun]):
 
 
 class EvaluationConfigSerializer(serializers.Serializer[Any]):
+    # `label` is added in get_fields: as a class attribute it would shadow Field.label.
+
     key = serializers.CharField(help_text='"<policy id>:<condition>", for compare\'s a and b')
-    label = serializers.CharField()
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        fields["label"] = serializers.CharField(help_text="policy config · condition")
+        return fields
 
 
 class EvaluationRunDetailSerializer(EvaluationRunSerializer):

@@ -11,12 +11,15 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
+
+Key = TypeVar("Key", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,8 @@ class PairedComparison:
 
 
 def paired_bootstrap(
-    a: Mapping[object, float],
-    b: Mapping[object, float],
+    a: Mapping[Key, float],
+    b: Mapping[Key, float],
     *,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Model, QuerySet
@@ -16,6 +16,8 @@ from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import EvaluationRun
 from trajectories.selectors import evaluations as selectors
 from trajectories.services.evaluations import EvaluationParameterError, evaluation_create
+
+Row = TypeVar("Row", bound=Model)
 
 
 class Command(BaseCommand):
@@ -81,8 +83,8 @@ class Command(BaseCommand):
         )
 
 
-def _named(rows: QuerySet[Any], names: list[str], what: str) -> list[Model]:
-    found = {row.name: row for row in rows.filter(name__in=names)}
+def _named(rows: QuerySet[Row], names: list[str], what: str) -> list[Row]:
+    found = rows.in_bulk(names, field_name="name")
     missing = [n for n in names if n not in found]
     if missing:
         known = ", ".join(rows.values_list("name", flat=True)) or "none"
