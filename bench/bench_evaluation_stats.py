@@ -18,9 +18,8 @@ def main() -> None:
         result = paired_bootstrap(a, b)
         elapsed = time.perf_counter() - started
         assert result is not None
-        print(
-            f"{n:>5} paired queries: {elapsed * 1000:8.1f} ms  (CI width {result.ci_high - result.ci_low:.4f})"
-        )
+        width = result.ci_high - result.ci_low
+        print(f"{n:>5} paired queries: {elapsed * 1000:8.1f} ms  (CI width {width:.4f})")
 
 
 if __name__ == "__main__":

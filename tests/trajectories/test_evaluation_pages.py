@@ -10,6 +10,8 @@ import re
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from harness_app.models import PolicyConfig, PolicyKind
 from trajectories.models import Episode, EpisodeStatus, EvaluationRun, EvaluationStatus
@@ -129,3 +131,33 @@ def test_annotators_are_refused(annotator_client, scored):
     assert annotator_client.post(f"/evaluations/{scored.pk}/cancel/").status_code == 403
     scored.refresh_from_db()
     assert scored.status == EvaluationStatus.RUNNING
+
+
+def _queries_for(client: Any, path: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(path).status_code == 200
+    return len(captured)
+
+
+def test_query_counts_do_not_grow_with_runs_or_batches(
+    researcher_client, researcher_api, demo_benchmark, baseline_policy, second_policy,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    def create(runs: int) -> EvaluationRun:
+        with django_capture_on_commit_callbacks():
+            return evaluation_create(
+                benchmarks=[demo_benchmark],
+                policies=[baseline_policy, second_policy],
+                runs=runs,
+                query_limit=2,
+            )
+
+    small = create(1)
+    pages = ("/evaluations/", f"/evaluations/{small.pk}/", "/api/evaluation-runs/")
+    before = [_queries_for(researcher_client, p) for p in pages[:2]]
+    before.append(_queries_for(researcher_api, pages[2]))
+    large = create(3)
+    create(2)
+    after = [_queries_for(researcher_client, pages[0]), 0, _queries_for(researcher_api, pages[2])]
+    after[1] = _queries_for(researcher_client, f"/evaluations/{large.pk}/")
+    assert after == before
