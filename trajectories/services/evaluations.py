@@ -136,8 +136,18 @@ def _batch(
         raise EvaluationParameterError(str(exc), field=fields.get(exc.field or "")) from None
 
 
+@transaction.atomic
 def evaluation_batch_finished(*, evaluation_id: int) -> bool:
-    """Mark the run done once none of its batches is queued or running; True when it did."""
+    """Mark the run done once none of its batches is queued or running; True when it did.
+
+    Called by each batch as it finishes, inside the transaction that finishes it. The run's
+    row is locked first, so two batches finishing at once cannot each see the other still
+    running: the second waits, then reads the first's committed status. Callers lock their
+    batch before this (batch, then run), the one order every path takes.
+    """
+    evaluation = EvaluationRun.objects.select_for_update().filter(pk=evaluation_id).first()
+    if evaluation is None or evaluation.is_finished:
+        return False
     active = RolloutBatch.objects.filter(evaluation_id=evaluation_id, status__in=ACTIVE_BATCH)
     if active.exists():
         return False
@@ -149,8 +159,12 @@ def evaluation_batch_finished(*, evaluation_id: int) -> bool:
 
 @transaction.atomic
 def evaluation_cancel(*, evaluation: EvaluationRun) -> int:
-    """Cancel every unfinished batch of the run; returns the episodes that will not start."""
-    evaluation = EvaluationRun.objects.select_for_update().get(pk=evaluation.pk)
+    """Cancel every unfinished batch of the run; returns the episodes that will not start.
+
+    The run's row is not locked up front: each batch is locked before the run (through
+    `batch_cancel`), in the order a finishing batch takes them, so the two never deadlock.
+    """
+    evaluation.refresh_from_db()
     if evaluation.is_finished:
         return 0
     cancelled = sum(
