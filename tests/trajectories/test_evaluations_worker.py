@@ -9,8 +9,12 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from trajectories.models import EvaluationRun, EvaluationStatus
+from harness_app.models import PolicyConfig, PolicyKind
+from tests.vllm import VLLM_URL, needs_vllm
+from tests.workers import wait_until
+from trajectories.models import Episode, EvaluationRun, EvaluationStatus
 from trajectories.selectors import evaluations as selectors
+from trajectories.services.evaluations import evaluation_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,3 +64,45 @@ def test_the_command_names_what_it_cannot_find(demo_benchmark, baseline_policy):
     with pytest.raises(CommandError, match="runs: runs must be between 1 and 20"):
         call_command("run_evaluation", "--benchmark", "demo", "--policy", "baseline", "--runs", "0")
     assert not EvaluationRun.objects.exists()
+
+
+@needs_vllm
+def test_baseline_and_a_real_vllm_policy_run_side_by_side_on_their_own_queues(
+    live_worker, demo_benchmark, baseline_policy, served_model
+):
+    model = PolicyConfig.objects.create(
+        name="smollm2",
+        kind=PolicyKind.OPENAI,
+        base_url=VLLM_URL,
+        model=served_model,
+        tool_call_format="json_schema",
+        sampling={"temperature": 1.0, "max_tokens": 96, "seed": 7},
+    )
+    evaluation = evaluation_create(
+        benchmarks=[demo_benchmark],
+        policies=[baseline_policy, model],
+        runs=2,
+        query_limit=1,
+        max_turns=2,
+    )
+
+    def finished() -> bool:
+        evaluation.refresh_from_db()
+        return evaluation.is_finished
+
+    wait_until(finished, timeout=600, what=f"evaluation run\n{live_worker.log()[-3000:]}")
+    assert evaluation.status == EvaluationStatus.DONE
+    rows = {r["config"]: r for r in selectors.evaluation_table(evaluation=evaluation)["rows"]}
+    assert set(rows) == {"baseline · full", "smollm2 · full"}
+    errors = list(
+        Episode.objects.filter(batch__evaluation=evaluation, status="failed").values_list(
+            "termination_reason", "error"
+        )
+    )
+    assert rows["smollm2 · full"]["failed"] == 0, errors
+    assert all((r["runs"], r["n"]) == (2, 1) for r in rows.values())
+    configs = selectors.evaluation_configs(evaluation=evaluation)
+    compared = selectors.evaluation_compare(
+        evaluation=evaluation, a=configs[0].key, b=configs[1].key
+    )["comparison"]
+    assert compared["n"] == 1
