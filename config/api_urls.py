@@ -25,6 +25,7 @@ from trajectories.api.ablations import AblationMatrixViewSet
 from trajectories.api.annotations import AnnotationViewSet
 from trajectories.api.batches import BatchViewSet
 from trajectories.api.episodes import EpisodeViewSet
+from trajectories.api.evaluations import EvaluationRunViewSet
 from trajectories.api.harness_tasks import HarnessGroupViewSet, HarnessTaskViewSet
 from trajectories.api.recording import RecordingViewSet
 
@@ -47,6 +48,7 @@ router.register("imports", ImportJobViewSet, basename="import")
 router.register("policies", PolicyConfigViewSet, basename="policy")
 router.register("batches", BatchViewSet, basename="batch")
 router.register("ablation-matrices", AblationMatrixViewSet, basename="ablation-matrix")
+router.register("evaluation-runs", EvaluationRunViewSet, basename="evaluation-run")
 router.register("episodes", EpisodeViewSet, basename="episode")
 router.register("annotations", AnnotationViewSet, basename="annotation")
 router.register("exports", ExportViewSet, basename="export")

@@ -306,6 +306,7 @@ SPECTACULAR_SETTINGS = {
         "RLAlgorithmEnum": "training.models.RLAlgorithm",
         "HarnessGroupStatusEnum": "trajectories.models.HarnessGroupStatus",
         "HarnessRunStatusEnum": "trajectories.models.HarnessRunStatus",
+        "EvaluationStatusEnum": "trajectories.models.EvaluationStatus",
     },
 }
 

@@ -21,6 +21,7 @@ from trajectories.models import (
     AnnotationLock,
     CuratedItem,
     Episode,
+    EvaluationRun,
     EvidenceEdge,
     EvidenceNode,
     HarnessGroup,
@@ -59,7 +60,7 @@ class RolloutBatchAdmin(ReadOnlyAdmin):
     )
     list_filter = ("status", "termination_policy")
     list_select_related = ("benchmark", "policy", "created_by")
-    raw_id_fields = ("benchmark", "policy", "created_by")
+    raw_id_fields = ("benchmark", "policy", "evaluation", "created_by")
 
 
 @admin.register(AblationMatrix)
@@ -78,6 +79,14 @@ class AblationMatrixAdmin(ReadOnlyAdmin):
     list_filter = ("status",)
     list_select_related = ("benchmark", "created_by")
     raw_id_fields = ("benchmark", "created_by")
+
+
+@admin.register(EvaluationRun)
+class EvaluationRunAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "name", "runs", "status", "created_by", "created_at")
+    list_filter = ("status",)
+    list_select_related = ("created_by",)
+    raw_id_fields = ("created_by",)
 
 
 @admin.register(RolloutGroup)

@@ -1,5 +1,5 @@
-"""Forms of the researcher pages: the episode list's filters, the batch and ablation-matrix
-launch forms, and the annotation queue's decision."""
+"""Forms of the researcher pages: the episode list's filters, the batch, ablation-matrix and
+evaluation-run launch forms, and the annotation queue's decision."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from trajectories.models import (
     TerminationPolicy,
 )
 from trajectories.selectors.episode_list import RANGE_FIELDS, SORTS
+from trajectories.services import evaluations
 from trajectories.services.ablations import MAX_RUNS, matrix_policies
 from trajectories.services.rollouts import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
 from trajectories.teacher_rule import RULE_KEYS, TeacherRuleError, teacher_rule_clean
@@ -305,6 +306,52 @@ class AblationMatrixLaunchForm(forms.Form):
 
     def clean_conditions(self) -> list[str]:
         # In the reference's order, whatever order the browser sent them in.
+        chosen = set(self.cleaned_data["conditions"])
+        return [name for name in REFERENCE_CONDITIONS if name in chosen]
+
+
+class EvaluationRunLaunchForm(forms.Form):
+    """An evaluation run: benchmarks x policy configs x conditions x runs, one batch each. The
+    bounds live in services.evaluations.evaluation_create; the view shows its errors on their
+    field."""
+
+    name = forms.CharField(required=False, max_length=200)
+    benchmarks = forms.ModelMultipleChoiceField(
+        Benchmark.objects.order_by("name"),
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Choose at least one benchmark."},
+        help_text="The transfer table's rows.",
+    )
+    policies = forms.ModelMultipleChoiceField(
+        PolicyConfig.objects.order_by("name"),
+        label="Policy configs",
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Choose at least one policy config."},
+        help_text="Baseline and model policies alike run on the rollout workers.",
+    )
+    conditions = forms.MultipleChoiceField(
+        choices=[(name, name) for name in REFERENCE_CONDITIONS],
+        initial=["full"],
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Choose at least one condition."},
+        help_text="Each policy config runs under each condition: a configuration is the pair.",
+    )
+    runs = forms.IntegerField(
+        initial=3,
+        help_text="Runs of every cell; each metric is reported as mean ± std across runs.",
+        widget=forms.NumberInput({"min": 1, "max": evaluations.MAX_RUNS}),
+    )
+    query_limit = forms.IntegerField(
+        required=False,
+        label="Query limit",
+        help_text="Only the first N queries of each benchmark; empty runs them all.",
+        widget=forms.NumberInput({"min": 1}),
+    )
+    max_turns = forms.IntegerField(
+        initial=40, widget=forms.NumberInput({"min": 1, "max": MAX_TURNS_LIMIT})
+    )
+
+    def clean_conditions(self) -> list[str]:
         chosen = set(self.cleaned_data["conditions"])
         return [name for name in REFERENCE_CONDITIONS if name in chosen]
 

@@ -1,12 +1,15 @@
-"""API input and output shapes for batches, ablation matrices, episodes and annotations."""
+"""API input and output shapes for batches, ablation matrices, evaluation runs, episodes and
+annotations."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
+from harness_app.ids import MAX_ID
 from harness_app.models import Benchmark, PolicyConfig
 from harness_app.serializers import RowIdField
 from trajectories.models import (
@@ -15,11 +18,13 @@ from trajectories.models import (
     AnnotationBulkAction,
     AnnotationLabel,
     Episode,
+    EvaluationRun,
     ModelCall,
     RolloutBatch,
     TerminationPolicy,
     Turn,
 )
+from trajectories.selectors.evaluations import METRICS as EVALUATION_METRICS
 from trajectories.selectors.turns import turn_states
 from trajectories.services.annotations import MAX_OVERLAP
 
@@ -167,6 +172,150 @@ class AblationMatrixSerializer(serializers.ModelSerializer[AblationMatrix]):
             "finished_at",
         ]
         read_only_fields = fields
+
+
+# --- evaluation runs ------------------------------------------------------------------------
+
+
+class EvaluationRunCreateSerializer(serializers.Serializer[Any]):
+    """Types only: the ranges and the rest are checked by
+    services.evaluations.evaluation_create."""
+
+    name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    benchmarks = serializers.PrimaryKeyRelatedField(
+        queryset=Benchmark.objects.all(), many=True, help_text="benchmark ids (the table's rows)"
+    )
+    policies = serializers.PrimaryKeyRelatedField(
+        queryset=PolicyConfig.objects.all(), many=True, help_text="policy config ids"
+    )
+    conditions = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(REFERENCE_CONDITIONS)),
+        default=["full"],
+        help_text="reference ablation conditions; each policy config runs under each",
+    )
+    runs = serializers.IntegerField(default=3, help_text="runs per cell, 1 to 20")
+    query_limit = serializers.IntegerField(
+        required=False, allow_null=True, default=None, help_text="the first Q queries only"
+    )
+    max_turns = serializers.IntegerField(default=40, help_text="1 to 200")
+
+
+class EvaluationRunSerializer(serializers.ModelSerializer[EvaluationRun]):
+    created_by = serializers.CharField(source="created_by.username", default=None)
+    batches_total = serializers.IntegerField(help_text="one batch per cell and run")
+    batches_finished = serializers.IntegerField()
+    episodes_total = serializers.IntegerField(default=0)
+    episodes_completed = serializers.IntegerField(default=0)
+    episodes_failed = serializers.IntegerField(default=0)
+    progress = serializers.SerializerMethodField(help_text="finished episodes / total, 0 to 1")
+
+    class Meta:
+        model = EvaluationRun
+        fields = [
+            "id",
+            "name",
+            "status",
+            "benchmarks",
+            "policies",
+            "conditions",
+            "runs",
+            "query_limit",
+            "max_turns",
+            "batches_total",
+            "batches_finished",
+            "episodes_total",
+            "episodes_completed",
+            "episodes_failed",
+            "progress",
+            "created_by",
+            "created_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    def get_progress(self, evaluation: EvaluationRun) -> float:
+        total = getattr(evaluation, "episodes_total", 0) or 0
+        done = (getattr(evaluation, "episodes_completed", 0) or 0) + (
+            getattr(evaluation, "episodes_failed", 0) or 0
+        )
+        return round(done / total, 4) if total else 0.0
+
+
+class EvaluationConfigSerializer(serializers.Serializer[Any]):
+    # `label` is added in get_fields: as a class attribute it would shadow Field.label.
+
+    key = serializers.CharField(help_text='"<policy id>:<condition>", for compare\'s a and b')
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        fields["label"] = serializers.CharField(help_text="policy config · condition")
+        return fields
+
+
+class EvaluationRunDetailSerializer(EvaluationRunSerializer):
+    configs = serializers.SerializerMethodField()
+
+    class Meta(EvaluationRunSerializer.Meta):
+        fields = [*EvaluationRunSerializer.Meta.fields, "configs"]
+
+    @extend_schema_field(EvaluationConfigSerializer(many=True))
+    def get_configs(self, evaluation: EvaluationRun) -> list[dict[str, str]]:
+        """The run's configurations (policy config x condition): the table's columns."""
+        return list(self.context.get("configs") or [])
+
+
+class EvaluationTableSerializer(serializers.Serializer[Any]):
+    metrics = serializers.ListField(child=serializers.CharField())
+    columns = serializers.ListField(child=serializers.CharField(), help_text="metric labels")
+    rows = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="one per benchmark x configuration: benchmark, config, config_key, runs, n "
+        "(queries per run), failed (episodes), cells (mean ± std per metric) and values "
+        "({metric: {mean, std, runs}} or null)",
+    )
+
+
+class EvaluationCompareQuerySerializer(serializers.Serializer[Any]):
+    a = serializers.CharField(help_text="configuration key of A (the reference)")
+    b = serializers.CharField(help_text="configuration key of B; the difference is B - A")
+    metric = serializers.ChoiceField(choices=list(EVALUATION_METRICS), default="curated_recall")
+    benchmark = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_ID, help_text="one benchmark; omitted: all"
+    )
+
+
+class EvaluationCompareSerializer(serializers.Serializer[Any]):
+    metric = serializers.CharField()
+    metric_label = serializers.CharField()
+    a = EvaluationConfigSerializer()
+    b = EvaluationConfigSerializer()
+    benchmark = serializers.CharField(allow_null=True)
+    comparison = serializers.DictField(
+        allow_null=True,
+        help_text="n (paired queries), mean_a, mean_b, mean_difference (B - A), ci_low, "
+        "ci_high (percentile bootstrap), confidence, resamples, seed, wins, ties, losses; "
+        "null when the two share no completed query",
+    )
+
+
+class EvaluationTransferQuerySerializer(serializers.Serializer[Any]):
+    metric = serializers.ChoiceField(choices=list(EVALUATION_METRICS), default="curated_recall")
+
+
+class EvaluationTransferSerializer(serializers.Serializer[Any]):
+    metric = serializers.CharField()
+    metric_label = serializers.CharField()
+    configs = EvaluationConfigSerializer(many=True)
+    rows = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="one per benchmark: benchmark and cells, one {mean, std, runs} or null per "
+        "configuration",
+    )
+
+
+class EvaluationCancelSerializer(serializers.Serializer[Any]):
+    cancelled = serializers.IntegerField(help_text="pending episodes that will never start")
+    status = serializers.CharField()
 
 
 # --- episodes -------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from trajectories.views import (
     batches,
     dashboard,
     episodes,
+    evaluations,
     harness_tasks,
     recordings,
 )
@@ -50,6 +51,21 @@ urlpatterns = [
     path("ablations/<int:pk>/progress/", ablations.ablation_progress, name="ablation_progress"),
     path("ablations/<int:pk>/matrix.csv", ablations.ablation_csv, name="ablation_csv"),
     path("ablations/<int:pk>/matrix.json", ablations.ablation_json, name="ablation_json"),
+    # evaluation runs (trajectories/services/evaluations.py)
+    path("evaluations/", evaluations.evaluation_list, name="evaluation_list"),
+    path("evaluations/new/", evaluations.evaluation_launch, name="evaluation_launch"),
+    path("evaluations/<int:pk>/", evaluations.evaluation_detail, name="evaluation_detail"),
+    path(
+        "evaluations/<int:pk>/progress/",
+        evaluations.evaluation_progress,
+        name="evaluation_progress",
+    ),
+    path(
+        "evaluations/<int:pk>/transfer.csv",
+        evaluations.evaluation_transfer_csv,
+        name="evaluation_transfer_csv",
+    ),
+    path("evaluations/<int:pk>/cancel/", evaluations.evaluation_cancel, name="evaluation_cancel"),
     # harness tasks (trajectories/services/harness_runs.py)
     path("harness/tasks/", harness_tasks.harness_task_list, name="harness_task_list"),
     path("harness/tasks/<int:pk>/", harness_tasks.harness_task_detail, name="harness_task_detail"),

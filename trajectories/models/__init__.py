@@ -1,5 +1,6 @@
 """Rollout batches, groups, episodes, turns and the model calls behind them; ablation
-matrices (`ablations.py`) and harness tasks (`harness_tasks.py`) live beside this module.
+matrices (`ablations.py`), evaluation runs (`evaluations.py`) and harness tasks
+(`harness_tasks.py`) live beside this module.
 
 An episode's turns and model calls are written as they happen, so a crashed worker leaves a
 partial episode that `episode_run` deletes and re-runs from the start (see services.py).
@@ -26,6 +27,8 @@ from trajectories.models.annotations import AnnotationEventKind as AnnotationEve
 from trajectories.models.annotations import AnnotationLabel as AnnotationLabel
 from trajectories.models.annotations import AnnotationLock as AnnotationLock
 from trajectories.models.annotations import AnnotationReason as AnnotationReason
+from trajectories.models.evaluations import EvaluationRun as EvaluationRun
+from trajectories.models.evaluations import EvaluationStatus as EvaluationStatus
 from trajectories.models.harness_tasks import HarnessGroup as HarnessGroup
 from trajectories.models.harness_tasks import HarnessGroupStatus as HarnessGroupStatus
 from trajectories.models.harness_tasks import HarnessRun as HarnessRun
@@ -120,6 +123,12 @@ class RolloutBatch(models.Model):
     # False for a server that returns no token ids (a hosted API): plain chat completions,
     # calls recorded without tokens, exports rebuilt with the student's chat template.
     capture_tokens = models.BooleanField(default=True)
+    # One cell-run of an evaluation run: its condition (a reference name) and run index.
+    evaluation = models.ForeignKey(
+        EvaluationRun, null=True, blank=True, on_delete=models.CASCADE, related_name="batches"
+    )
+    evaluation_condition = models.CharField(max_length=60, blank=True)
+    evaluation_run_index = models.PositiveIntegerField(null=True, blank=True)
     status = models.CharField(
         max_length=20, choices=BatchStatus.choices, default=BatchStatus.QUEUED
     )

@@ -63,7 +63,8 @@ def matrix_csv_text(matrix: AblationMatrix) -> str:
 
 
 def matrix_chart(matrix: AblationMatrix) -> dict[str, Any] | None:
-    """Grouped bars with error bars: one group per condition, one bar per metric."""
+    """Grouped bars with error bars (static/js/grouped_bars.js): one group per condition,
+    one bar per metric."""
     entries = matrix_entries(matrix)
     if not entries:
         return None
@@ -78,7 +79,9 @@ def matrix_chart(matrix: AblationMatrix) -> dict[str, Any] | None:
             }
             for metric in metrics
         ]
-        charts.append({"id": chart_id, "title": title, "series": series})
+        charts.append(
+            {"id": chart_id, "title": title, "unit_range": chart_id == "recall", "series": series}
+        )
     return {
         "matrix": matrix.pk,
         "conditions": [e["condition"] for e in entries],

@@ -240,6 +240,8 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
         episodes_failed=F("episodes_failed") + cancelled,
         finished_at=now,
     )
+    if batch.evaluation_id is not None:
+        _evaluation_batch_finished(batch.evaluation_id)
     return cancelled
 
 
@@ -477,6 +479,15 @@ def _batch_progress(*, batch_id: int, ok: bool) -> None:
         batch.status = BatchStatus.FAILED if batch.episodes_failed else BatchStatus.COMPLETED
         batch.finished_at = timezone.now()
         batch.save(update_fields=["status", "finished_at"])
+        if batch.evaluation_id is not None:
+            _evaluation_batch_finished(batch.evaluation_id)
+
+
+def _evaluation_batch_finished(evaluation_id: int) -> None:
+    # Imported here: the evaluation service builds on this module.
+    from trajectories.services.evaluations import evaluation_batch_finished
+
+    evaluation_batch_finished(evaluation_id=evaluation_id)
 
 
 def final_state_record(*, episode: Episode, state: HarnessState) -> None:
