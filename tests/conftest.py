@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from harness_app.roles import Role
@@ -27,6 +28,26 @@ from trajectories.models import Episode, RolloutBatch
 from trajectories.services.annotations import annotation_bulk_apply
 
 # --- shared benchmark data and the real model server ---------------------------------------
+
+
+def _probe_database_features() -> None:
+    """Django asks the database some features lazily, with queries of its own the first
+    time (SQLite's JSON support: a savepoint and a SELECT JSON). Asked before a count
+    starts, they are never counted, so a query count does not depend on which test ran
+    first (the suite must pass in any order: --random-order)."""
+    _ = connection.features.supports_json_field
+
+
+@pytest.fixture
+def django_assert_num_queries(django_assert_num_queries: Any, db: None) -> Any:
+    _probe_database_features()
+    return django_assert_num_queries
+
+
+@pytest.fixture
+def django_assert_max_num_queries(django_assert_max_num_queries: Any, db: None) -> Any:
+    _probe_database_features()
+    return django_assert_max_num_queries
 
 
 @pytest.fixture(scope="session")
