@@ -186,7 +186,7 @@ def test_eval_reader_flags_without_a_reader_are_refused(beir, tmp_path, capsys):
 def test_eval_without_a_reader_has_no_answer_keys(beir, tmp_path, capsys):  # noqa: F811
     assert main(["eval", str(beir), "--index-dir", str(tmp_path / "idx"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert not any(key.startswith(("answer_", "reader")) for key in summary)
+    assert not {"answer_em", "answer_f1", "answer_n", "reader_errors"} & set(summary)
 
 
 @needs_vllm
