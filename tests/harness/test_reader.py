@@ -105,9 +105,9 @@ def test_bad_budgets_are_refused_with_their_name():
 
 
 def test_reader_asks_a_hosted_server_at_temperature_zero_and_scores_the_answer():
-    with FakeOpenAIServer(hosted=True, reply=lambda n, body: "Answer: Calder Falls.") as server:
-        with Reader(ReaderConfig(server.base_url, "fake-model", max_tokens=16)) as reader:
-            fields = answer_fields(reader, QUERY, DOCS)
+    server = FakeOpenAIServer(hosted=True, reply=lambda n, body: "Answer: Calder Falls.")
+    with server, Reader(ReaderConfig(server.base_url, "fake-model", max_tokens=16)) as reader:
+        fields = answer_fields(reader, QUERY, DOCS)
     [request] = [r["body"] for r in server.requests]
     assert request["temperature"] == 0.0 and request["max_tokens"] == 16
     assert "return_token_ids" not in request
@@ -123,9 +123,9 @@ def test_reader_asks_a_hosted_server_at_temperature_zero_and_scores_the_answer()
 
 
 def test_a_failed_reading_is_recorded_and_left_unscored():
-    with FakeOpenAIServer(refuse={"chat/completions": 503}) as server:
-        with Reader(ReaderConfig(server.base_url, "fake-model")) as reader:
-            fields = answer_fields(reader, QUERY, DOCS)
+    server = FakeOpenAIServer(refuse={"chat/completions": 503})
+    with server, Reader(ReaderConfig(server.base_url, "fake-model")) as reader:
+        fields = answer_fields(reader, QUERY, DOCS)
     assert "answer_em" not in fields and "answer_f1" not in fields
     assert fields["reader"]["error"].startswith("model_server_error")
 
