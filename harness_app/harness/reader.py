@@ -200,7 +200,7 @@ class Reader:
         )
         result = ReaderResult(answer="", doc_ids=[d for d, _ in blocks], model=self.config.model)
         sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=self.config.max_tokens)
-        request = self._client.build_request(reader_messages(question, blocks), sampling)
+        request = _plain_request(self._client, reader_messages(question, blocks), sampling)
         try:
             record = self._client.complete(request)
         except ModelCallError as exc:
@@ -221,7 +221,7 @@ class Reader:
         sampling = Sampling(temperature=0.0, top_p=1.0, max_tokens=8)
         messages = judge_messages(question, golds, prediction)
         try:
-            record = self._judge.complete(self._judge.build_request(messages, sampling))
+            record = self._judge.complete(_plain_request(self._judge, messages, sampling))
         except ModelCallError:
             return None
         return judge_verdict(str(record.message.get("content") or ""))
@@ -256,6 +256,16 @@ def answer_fields(
         fields["answer_judge"] = float(verdict)
         fields["reader"]["judge"] = verdict
     return fields
+
+
+def _plain_request(
+    client: ChatClient, messages: list[dict[str, Any]], sampling: Sampling
+) -> dict[str, Any]:
+    # No logprobs: the reader needs none, and some hosted models refuse to give them.
+    request = client.build_request(messages, sampling)
+    request.pop("logprobs", None)
+    request.pop("top_logprobs", None)
+    return request
 
 
 def _client(config: ReaderConfig, transport: httpx.BaseTransport | None) -> ChatClient:

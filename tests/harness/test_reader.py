@@ -110,7 +110,7 @@ def test_reader_asks_a_hosted_server_at_temperature_zero_and_scores_the_answer()
         fields = answer_fields(reader, QUERY, DOCS)
     [request] = [r["body"] for r in server.requests]
     assert request["temperature"] == 0.0 and request["max_tokens"] == 16
-    assert "return_token_ids" not in request
+    assert not {"return_token_ids", "logprobs", "top_logprobs"} & set(request)
     assert "Alpha was born in Calder Falls" in request["messages"][1]["content"]
     assert fields["reader_answer"] == "Calder Falls"
     assert (fields["answer_em"], fields["answer_f1"]) == (1.0, 1.0)
@@ -201,3 +201,18 @@ def test_the_real_reader_answers_from_the_gold_paragraph():
     assert call["prompt_tokens"] > 20 and 0 < call["completion_tokens"] <= 16
     assert fields["reader_answer"] == clean_answer(call["raw"])
     assert 0.0 <= fields["answer_f1"] <= 1.0 and fields["answer_em"] in (0.0, 1.0)
+
+
+def test_eval_with_an_unreachable_reader_stops_before_any_episode(beir, tmp_path, capsys):  # noqa: F811
+    code = main(
+        [
+            "eval",
+            str(beir),
+            "--index-dir",
+            str(tmp_path / "idx"),
+            "--reader",
+            "http://127.0.0.1:9/v1",
+        ]
+    )
+    assert code == 2
+    assert "cannot list the models of http://127.0.0.1:9/v1" in capsys.readouterr().err
