@@ -30,7 +30,9 @@ from harness_app.harness.types import Document, QuerySpec, Retriever
 READER_PROMPT_VERSION = "reader-v1"
 READER_SYSTEM_PROMPT = (
     "You answer questions from the documents you are given. Reply with the answer only: "
-    "a name, a date, a number, a short phrase, or yes or no. No explanation, no full sentence."
+    "a name, a date, a number, a short phrase, or yes or no. No explanation, no full "
+    "sentence, do not repeat the question: at most five words.\n"
+    "Example: Question: In which city was the author of Faust born? Answer: Frankfurt"
 )
 JUDGE_SYSTEM_PROMPT = (
     "You grade answers to questions. Given the question, the gold answer(s) and a predicted "
@@ -132,7 +134,10 @@ def context_blocks(
 def reader_messages(question: str, blocks: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """The chat the reader model sees."""
     context = "\n\n".join(block for _, block in blocks) or "(no documents)"
-    user = f"Documents:\n\n{context}\n\nQuestion: {question}\nAnswer:"
+    user = (
+        f"Documents:\n\n{context}\n\nQuestion: {question}\n"
+        "Answer in at most five words.\nAnswer:"
+    )
     return [
         {"role": "system", "content": READER_SYSTEM_PROMPT},
         {"role": "user", "content": user},

@@ -61,7 +61,8 @@ def test_prompt_numbers_the_documents_with_titles_and_ends_with_the_question():
     assert messages[0] == {"role": "system", "content": READER_SYSTEM_PROMPT}
     user = messages[1]["content"]
     assert user.index("[1] Alpha\nAlpha was born") < user.index("[2] Beta\nBeta wrote")
-    assert user.endswith("Question: Where was Alpha born?\nAnswer:")
+    assert "Question: Where was Alpha born?\n" in user and user.endswith("\nAnswer:")
+    assert user.index("[2] Beta") < user.index("Question:")
 
 
 def test_clipping_cuts_long_documents_at_a_word_and_stops_at_the_budget():
