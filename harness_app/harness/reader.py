@@ -135,8 +135,7 @@ def reader_messages(question: str, blocks: Sequence[tuple[str, str]]) -> list[di
     """The chat the reader model sees."""
     context = "\n\n".join(block for _, block in blocks) or "(no documents)"
     user = (
-        f"Documents:\n\n{context}\n\nQuestion: {question}\n"
-        "Answer in at most five words.\nAnswer:"
+        f"Documents:\n\n{context}\n\nQuestion: {question}\nAnswer in at most five words.\nAnswer:"
     )
     return [
         {"role": "system", "content": READER_SYSTEM_PROMPT},
