@@ -224,23 +224,25 @@ def run_condition(
     weights: RewardWeights | None = None,
     answer_step: AnswerStep | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """Every run of one condition, as its per-query rows; each run is written to `out`."""
+    """Every run of one condition, as its per-query rows; each row is written to `out` as
+    soon as it is scored."""
     per_run = []
     for run in range(runs):
-        rows = list(
-            evaluate_condition(
-                retriever,
-                queries,
-                policy_name=policy_name,
-                ablation=ablation,
-                config=config,
-                run=run,
-                weights=weights,
-                answer_step=answer_step,
-            )
-        )
-        if out is not None:
-            out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        rows = []
+        for row in evaluate_condition(
+            retriever,
+            queries,
+            policy_name=policy_name,
+            ablation=ablation,
+            config=config,
+            run=run,
+            weights=weights,
+            answer_step=answer_step,
+        ):
+            rows.append(row)
+            if out is not None:  # row by row, so a long reader run shows its progress
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.flush()
         per_run.append(rows)
     return per_run
 
