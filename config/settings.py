@@ -209,6 +209,15 @@ VLLM_API_KEY = env_str("VLLM_API_KEY", "")
 TEACHER_BASE_URL = env_str("TEACHER_BASE_URL", "")
 TEACHER_API_KEY = env_str("TEACHER_API_KEY", "")
 HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 2)
+# The reader of the modular RAG protocol (docs/harness-results.md, "Answer accuracy"):
+# when READER_BASE_URL is set, every rollout episode that completes is followed by one
+# reader call on its curated set, and its answer_em / answer_f1 go into Episode.metrics.
+# Empty: no reader. READER_MODEL empty: the first model the server lists. READER_API_KEY
+# is sent to READER_BASE_URL only.
+READER_BASE_URL = env_str("READER_BASE_URL", "")
+READER_MODEL = env_str("READER_MODEL", "")
+READER_API_KEY = env_str("READER_API_KEY", "")
+READER_CONTEXT_CHARS = env_int("READER_CONTEXT_CHARS", 6000)
 
 LOGGING = {
     "version": 1,

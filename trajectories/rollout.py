@@ -6,6 +6,7 @@ through rollouts.py, so a turn is a row as soon as it happens.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -13,16 +14,25 @@ from django.conf import settings
 from django.db import OperationalError
 
 from harness_app.harness.ablation import Ablation
+from harness_app.harness.answers import query_answers
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.llm.chat_policy import ChatPolicy, ChatPolicyConfig
 from harness_app.harness.llm.client import ChatClient, ModelCallRecord, Sampling
 from harness_app.harness.policies import make_policy
 from harness_app.harness.policies.base import Policy
+from harness_app.harness.reader import (
+    Reader,
+    ReaderConfig,
+    answer_fields,
+    curated_order,
+    documents_of,
+    served_model,
+)
 from harness_app.harness.reward import RewardWeights
 from harness_app.harness.runner import iter_episode
 from harness_app.harness.state import HarnessStateJson
-from harness_app.harness.types import QuerySpec
+from harness_app.harness.types import QuerySpec, Retriever
 from harness_app.models import ContextMode, PolicyConfig, PolicyKind, Query
 from harness_app.policy_hosts import policy_base_url
 from trajectories.models import Episode, RolloutBatch
@@ -31,7 +41,8 @@ from trajectories.services import rollouts
 
 def query_spec(query: Query) -> QuerySpec:
     qrels = dict(query.qrels.values_list("document__external_id", "grade"))
-    return QuerySpec(query.external_id, query.text, query.answer, qrels)
+    answers = query_answers(query.answer, query.metadata)
+    return QuerySpec(query.external_id, query.text, query.answer, qrels, answers)
 
 
 def policy_version(config: PolicyConfig) -> str:
@@ -97,6 +108,35 @@ def policy_build(
     return ChatPolicy(client, tools, chat_config, prefix_messages=prefix_messages)
 
 
+@functools.cache
+def _reader_model(base_url: str, configured: str) -> str:
+    # Asked once per worker process: the served model does not change under a deployment.
+    return configured or served_model(base_url, api_key=settings.READER_API_KEY or "EMPTY")
+
+
+def episode_answer(spec: QuerySpec, env: SearchHarness, retriever: Retriever) -> dict[str, Any]:
+    """The reader's answer on the episode's curated set and its scores, when READER_BASE_URL
+    is set; {} otherwise. A reader that cannot be reached is recorded in the metrics
+    (`reader.error`) and leaves the episode as it is."""
+    base_url = str(settings.READER_BASE_URL)
+    if not base_url:
+        return {}
+    try:
+        model = _reader_model(base_url, str(settings.READER_MODEL))
+    except ValueError as exc:
+        return {"reader_answer": "", "reader": {"error": str(exc)}}
+    config = ReaderConfig(
+        base_url=base_url,
+        model=model,
+        api_key=settings.READER_API_KEY or "EMPTY",
+        max_context_chars=settings.READER_CONTEXT_CHARS,
+        timeout_s=settings.VLLM_TIMEOUT_S,
+    )
+    documents = documents_of(retriever, curated_order(env.state.curated))
+    with Reader(config) as reader:
+        return answer_fields(reader, spec, documents)
+
+
 def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, ModelCallRecord]], int]:
     calls = getattr(policy, "calls", [])
     return calls[sent:], len(calls)
@@ -134,10 +174,11 @@ def _play(claim: rollouts.Claim) -> str:
         # The budget in real tokens: the policy model's tokenizer counts the context.
         env.set_token_counter(policy.token_counter())
     setup_s = time.perf_counter() - started
+    spec = query_spec(query)
     run = iter_episode(
         env,
         policy,
-        query_spec(query),
+        spec,
         max_turns=env.config.max_steps,  # a guard: the harness ends the episode itself
         weights=RewardWeights.from_json(batch.reward_weights),
     )
@@ -155,6 +196,8 @@ def _play(claim: rollouts.Claim) -> str:
     rollouts.model_calls_record(claim=claim, calls=calls)  # e.g. the failed final call
     result = run.result()
     reason = "cancelled" if cancelled else result.termination_reason or "unknown"
+    ended_well = not cancelled and reason not in rollouts.FAILURE_REASONS
+    answer = episode_answer(spec, env, retriever) if ended_well else {}
     outcome = rollouts.EpisodeOutcome(
         termination_reason=reason,
         policy_version=policy_version(batch.policy),
@@ -163,6 +206,7 @@ def _play(claim: rollouts.Claim) -> str:
         timings=rollouts.EpisodeTimings(setup_s=setup_s, episode_s=time.perf_counter() - started),
         state=env.state,
         error=result.error,
+        answer=answer,
     )
     finished = rollouts.episode_finish(claim=claim, outcome=outcome)
     return f"{reason} ({'recorded' if finished else 'superseded by another attempt'})"

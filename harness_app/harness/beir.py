@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness_app.harness.answers import query_answers
 from harness_app.harness.types import Document, QuerySpec
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -251,7 +252,13 @@ def beir_queries(folder: Path | str, split: str = "test") -> list[QuerySpec]:
     _, queries_path, qrels_path = beir_paths(folder, split)
     qrels = read_qrels(qrels_path)
     return [
-        QuerySpec(query_id=qid, text=text, answer=_answer(meta), qrels=dict(qrels[qid]))
+        QuerySpec(
+            query_id=qid,
+            text=text,
+            answer=_answer(meta),
+            qrels=dict(qrels[qid]),
+            answers=query_answers(_answer(meta), meta),
+        )
         for qid, text, meta in iter_queries(queries_path)
         if qid in qrels
     ]

@@ -3,6 +3,7 @@
     python -m harness_app.harness eval BEIR_DIR [--policy baseline] [--limit N]
         [--ablate MECHANISM ...] [--all-ablations] [--max-turns 40] [--runs 1]
         [--out FILE] [--json] [--split test] [--index-dir DIR] [--reward-preset default]
+        [--reader URL [--reader-model NAME] [--reader-docs curated|gold] [--reader-judge]]
     python -m harness_app.harness ablate BEIR_DIR [--policy baseline] [--runs 1] [--limit N]
         [--conditions full,minus_verify,...] [--csv FILE] [--json] [--max-turns 40]
         [--reward-preset default]
@@ -15,7 +16,9 @@ condition) for the full harness and each single mechanism switched off. Every ag
 carries plain single-query BM25 recall at the same number of documents, the bar a search
 agent has to clear: cut at each episode's curated-set size (`bm25_*_same_k`, to compare
 with curated and final-answer recall) and at the number of documents it was shown
-(`bm25_*_same_shown`, to compare with trajectory recall).
+(`bm25_*_same_shown`, to compare with trajectory recall). With --reader a reader model
+answers each question from the curated set, and the aggregate carries `answer_em` and
+`answer_f1` (answer_eval.py).
 
 `ablate` runs Harness-1's named ablation conditions (`ablation.REFERENCE_CONDITIONS`) x N
 runs in this one process and reports each of the reference's metrics as mean and std
@@ -56,6 +59,12 @@ from harness_app.harness.ablation import (
     REFERENCE_CONDITIONS,
     Ablation,
     reference_conditions,
+)
+from harness_app.harness.answer_eval import (
+    AnswerStep,
+    add_reader_arguments,
+    answer_means,
+    answer_step_from_args,
 )
 from harness_app.harness.beir import BeirFormatError, beir_paths, beir_queries
 from harness_app.harness.config import HarnessConfig
@@ -167,8 +176,10 @@ def evaluate_condition(
     config: HarnessConfig,
     run: int = 0,
     weights: RewardWeights | None = None,
+    answer_step: AnswerStep | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """One row per query: metrics, reward and plain BM25 at the episode's curated size."""
+    """One row per query: metrics, reward and plain BM25 at the episode's curated size;
+    with an answer step, the reader's answer and its EM and F1."""
     env = SearchHarness(retriever, config=config, ablation=ablation)
     tools = [schema["function"]["name"] for schema in env.tool_schemas()]
     for query in queries:
@@ -178,6 +189,9 @@ def evaluate_condition(
         # whole trajectory against BM25 cut at the number of documents the episode showed.
         bm25 = single_search_recall(retriever, query, result.metrics.curated_count)
         bm25_shown = single_search_recall(retriever, query, result.metrics.shown_count)
+        answer = (
+            {} if answer_step is None else answer_step.fields(query, env.state.curated, retriever)
+        )
         yield {
             "condition": ablation.label,
             "run": run,
@@ -194,6 +208,7 @@ def evaluate_condition(
             "bm25_final_answer_recall_same_shown": bm25_shown.final_answer,
             "curated_ids": result.curated_ids,
             "seconds": round(result.seconds, 4),
+            **answer,
         }
 
 
@@ -207,32 +222,37 @@ def run_condition(
     runs: int,
     out: TextIO | None = None,
     weights: RewardWeights | None = None,
+    answer_step: AnswerStep | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """Every run of one condition, as its per-query rows; each run is written to `out`."""
+    """Every run of one condition, as its per-query rows; each row is written to `out` as
+    soon as it is scored."""
     per_run = []
     for run in range(runs):
-        rows = list(
-            evaluate_condition(
-                retriever,
-                queries,
-                policy_name=policy_name,
-                ablation=ablation,
-                config=config,
-                run=run,
-                weights=weights,
-            )
-        )
-        if out is not None:
-            out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        rows = []
+        for row in evaluate_condition(
+            retriever,
+            queries,
+            policy_name=policy_name,
+            ablation=ablation,
+            config=config,
+            run=run,
+            weights=weights,
+            answer_step=answer_step,
+        ):
+            rows.append(row)
+            if out is not None:  # row by row, so a long reader run shows its progress
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.flush()
         per_run.append(rows)
     return per_run
 
 
 def aggregate_rows(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Mean of each averaged value over the rows of one run."""
-    return {
+    """Mean of each averaged value over the rows of one run, and the reader's scores."""
+    means = {
         name: statistics.fmean(float(row[key]) for row in rows) for key, name in AVERAGED.items()
     }
+    return {**means, **answer_means(rows)}
 
 
 def combine_runs(
@@ -241,8 +261,10 @@ def combine_runs(
     """Mean over runs of each aggregate, plus its spread across runs as `<name>_std`."""
     summary: dict[str, Any] = {"condition": condition, "policy": policy, "n": n}
     summary["runs"] = len(per_run)
-    for name in AVERAGED.values():
-        summary[name], summary[f"{name}_std"] = across_runs(per_run, name)
+    names = [*AVERAGED.values(), *(k for k in per_run[0] if k not in AVERAGED.values())]
+    for name in names:
+        if all(name in run for run in per_run):
+            summary[name], summary[f"{name}_std"] = across_runs(per_run, name)
     return summary
 
 
@@ -302,6 +324,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     weights = _reward_weights(args)
     folder = _check_folder(args.beir_dir, args.split)
     queries = _load_queries(folder, args.split, args.limit)
+    try:
+        answer_step = answer_step_from_args(args)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     retriever = _open_retriever(folder, args.index_dir)
     config = HarnessConfig(max_turns=args.max_turns)
     started = time.perf_counter()
@@ -317,9 +343,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 runs=args.runs,
                 out=out,
                 weights=weights,
+                answer_step=answer_step,
             )
             per_run = [aggregate_rows(rows) for rows in runs]
             summaries.append(combine_runs(ablation.label, args.policy, len(queries), per_run))
+    if answer_step is not None:
+        answer_step.reader.close()
     _print_summaries(summaries, args, time.perf_counter() - started)
     return 0
 
@@ -506,6 +535,7 @@ def _add_eval(commands: Any) -> None:
     sub.add_argument("--out", help="write per-query rows (JSONL) here")
     sub.add_argument("--json", action="store_true", help="JSON lines even with --all-ablations")
     _add_reward_preset(sub)
+    add_reader_arguments(sub)
 
 
 def _add_ablate(commands: Any) -> None:

@@ -55,12 +55,21 @@ class QuerySpec:
 
     `qrels` maps doc id to grade: 2 = answer-bearing, 1 = other supporting evidence.
     A policy never sees the qrels; the environment uses them only for metrics.
+    `answers` holds every gold answer the reader is scored against (the answer and its
+    aliases, `answers.query_answers`); empty means just `answer`.
     """
 
     query_id: str
     text: str
     answer: str = ""
     qrels: dict[str, int] = field(default_factory=dict)
+    answers: tuple[str, ...] = ()
+
+    @property
+    def gold_answers(self) -> tuple[str, ...]:
+        if self.answers:
+            return self.answers
+        return (self.answer,) if self.answer.strip() else ()
 
     @property
     def relevant(self) -> frozenset[str]:

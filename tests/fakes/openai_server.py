@@ -81,7 +81,9 @@ class FakeOpenAIServer:
     "tokenize", "load_lora_adapter", "unload_lora_adapter") to the error status it answers
     instead. A chat request with max_tokens -1, or above `max_model_len`, gets vLLM's 400.
 
-    `keep_requests=False` keeps nothing, for the proxy's benchmark.
+    `keep_requests=False` keeps nothing, for the proxy's benchmark. `hosted=True` answers as a
+    hosted API does (OpenAI's own): no `token_ids` or `prompt_token_ids` fields at all and
+    no /tokenize, for code that must work against any OpenAI-compatible server.
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class FakeOpenAIServer:
         refuse: dict[str, int] | None = None,
         keep_requests: bool = True,
         max_model_len: int = 8192,
+        hosted: bool = False,
     ) -> None:
         self.model = model
         self.max_model_len = max_model_len
@@ -111,6 +114,7 @@ class FakeOpenAIServer:
         self.break_stream_after = break_stream_after
         self.refuse = refuse or {}
         self.keep_requests = keep_requests
+        self.hosted = hosted
         self.held = threading.Event()
         self.holding = threading.Event()
         self.release = threading.Event()
@@ -172,7 +176,7 @@ class FakeOpenAIServer:
     def _post(self, http: BaseHTTPRequestHandler, endpoint: str, body: dict[str, Any]) -> None:
         if endpoint in ("chat/completions", "completions"):
             self._complete(http, body)
-        elif endpoint == "tokenize":
+        elif endpoint == "tokenize" and not self.hosted:
             generation_prompt = body.get("add_generation_prompt", True)
             if "prompt" in body:  # plain text (a token count): one token per character
                 tokens = [ord(ch) for ch in str(body["prompt"])]
@@ -225,6 +229,10 @@ class FakeOpenAIServer:
         response = self._completion(n, body)
         if body.get("stream"):
             self._stream(http, self._stream_chunks(response))
+        elif self.hosted:
+            response.pop("prompt_token_ids")
+            response["choices"][0].pop("token_ids")
+            _send(http, 200, response)
         else:
             _send(http, 200, response)
 

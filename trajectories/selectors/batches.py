@@ -9,7 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Avg, Count, F, Min, Q, QuerySet, StdDev
+from django.db.models import Avg, Count, F, FloatField, Min, Q, QuerySet, StdDev
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from harness_app.models import Qrel
@@ -47,13 +49,25 @@ MEAN_FIELDS = (
 )
 
 
+# Answer accuracy from the reader (docs/harness-results.md), kept in Episode.metrics only
+# when READER_BASE_URL is set: their means are None, and the pages hide them, otherwise.
+ANSWER_FIELDS = ("answer_em", "answer_f1")
+
+
+def metrics_value(name: str) -> Cast:
+    """One number from Episode.metrics as a float expression (NULL where it is absent)."""
+    return Cast(KeyTextTransform(name, "metrics"), FloatField())
+
+
 def completed_means() -> dict[str, Any]:
     """`n` and `mean_<field>` aggregates over completed episodes, for `aggregate` or
-    `annotate`. The aliases must not shadow Episode's columns, or Avg would read the
+    `annotate`, with the reader's `mean_answer_em` and `mean_answer_f1` over the episodes
+    that have them. The aliases must not shadow Episode's columns, or Avg would read the
     aggregate instead of the column."""
     done = Q(status=EpisodeStatus.COMPLETED)
     means: dict[str, Any] = {f"mean_{f}": Avg(f, filter=done) for f in MEAN_FIELDS}
-    return {"n": Count("pk", filter=done), **means}
+    answers = {f"mean_{f}": Avg(metrics_value(f), filter=done) for f in ANSWER_FIELDS}
+    return {"n": Count("pk", filter=done), **means, **answers}
 
 
 def batch_get(*, pk: int) -> RolloutBatch | None:
@@ -73,10 +87,14 @@ def batch_summary(*, batch: RolloutBatch) -> dict[str, Any]:
     raw = completed.aggregate(
         n=Count("pk"),
         **{f"mean_{name}": Avg(name) for name in AGGREGATE_FIELDS},
+        **{f"mean_{name}": Avg(metrics_value(name)) for name in ANSWER_FIELDS},
         std_reward=StdDev("reward"),
     )
     means = {key.removeprefix("mean_"): value for key, value in raw.items()}
     means["reward_std"] = means.pop("std_reward")
+    for name in ANSWER_FIELDS:  # only when a reader scored the batch's episodes
+        if means[name] is None:
+            del means[name]
     reasons = dict(
         Episode.objects.filter(batch=batch)
         .exclude(termination_reason="")

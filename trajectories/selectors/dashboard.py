@@ -87,6 +87,8 @@ def dashboard_data() -> dict[str, Any]:
         "batches": batches,
         "any_active": batches_any_active(batches),
         "conditions": rows,
+        # The reader's columns appear once any experiment has answer scores.
+        "answer_columns": any(r["mean_answer_em"] is not None for r in rows),
         "charts": dashboard_charts(rows),
         "matrices": ablation_matrices_recent(),
         "latest_matrix": latest,

@@ -388,6 +388,8 @@ class EpisodeOutcome:
     timings: EpisodeTimings | None = None
     state: HarnessState | None = None  # for the final-state rows
     error: str = ""
+    # The reader's answer and its scores (reader.answer_fields), merged into the metrics.
+    answer: dict[str, Any] | None = None
 
 
 @transaction.atomic
@@ -403,6 +405,8 @@ def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
         status = EpisodeStatus.FAILED if failed else EpisodeStatus.COMPLETED
     reward = outcome.reward
     columns = _metric_columns(outcome.metrics)
+    if outcome.answer and outcome.metrics is not None:
+        columns["metrics"] = {**columns["metrics"], **outcome.answer}
     assert episode.batch_id is not None  # a claimed episode is a rollout
     batches = RolloutBatch.objects.filter(pk=episode.batch_id)
     rule = batches.values_list("teacher_rule", flat=True).get()
