@@ -9,13 +9,19 @@ Layout of an index directory (all arrays are .npy, opened with mmap_mode="r"):
     postings.indptr.npy    int64, one row per term (CSR, term-major)
     postings.docs.npy      int32 document positions, ascending within a row
     postings.weights.npy   float32 BM25 weight of each (term, doc), idf included
+    postings.max.npy       float32 largest weight of each term (for the index's k1 and b)
+    postings.top.*         CSR of the documents where each term weighs most (a few per term)
     analysis.*             each document's query-independent analysis (analysis_store.py),
                            unless built with analysis=False; `document_analysis` reads it
 
-A query adds the rows of its terms into a dense float32 buffer (one per thread, reused and
-re-zeroed only where it was touched) and selects the top k with argpartition. When the rows
-are short compared with the corpus, only the touched documents are considered, so a query
-costs time in proportion to its postings, not to the corpus size.
+A query with many postings is answered by MaxScore pruning (pruning.py): the bounds in
+postings.max and postings.top let it skip the long rows of common terms and rank a few
+hundred candidates instead of every matching document, with the same results. Otherwise,
+and as the reference the pruned path is tested against, a query adds the rows of its terms
+into a dense float32 buffer (one per thread, reused and re-zeroed only where it was
+touched) and selects the top k with argpartition. When the rows are short compared with
+the corpus, only the touched documents are considered, so a query costs time in
+proportion to its postings, not to the corpus size.
 """
 
 from __future__ import annotations
@@ -43,20 +49,24 @@ from harness_app.harness.retrieval.builder import (
     MANIFEST,
     POSTINGS_DOCS,
     POSTINGS_INDPTR,
+    POSTINGS_MAX,
+    POSTINGS_TOP_DOCS,
+    POSTINGS_TOP_INDPTR,
     POSTINGS_WEIGHTS,
     IndexBuilder,
 )
+from harness_app.harness.retrieval.pruning import Postings, Row, candidates, exact_scores
 from harness_app.harness.retrieval.store import DocumentStore, StringTable, load_array
 from harness_app.harness.text import ANALYZER_VERSION, analyze
 from harness_app.harness.types import Document, SearchHit
 
 IntArray = npt.NDArray[np.int64]
 ScoreArray = npt.NDArray[np.float32]
-# (first posting, end of postings, how often the term occurs in the query)
-Row = tuple[int, int, int]
 
 # Below this share of the corpus in postings, rank only the touched documents.
 _SPARSE_SHARE = 0.25
+# Below this many postings a query is scored exhaustively: pruning would not pay for itself.
+_PRUNE_ABOVE = 4096
 # Query terms repeat across queries; remembering where their rows are skips the hashing.
 _ROW_CACHE_LIMIT = 100_000
 # Documents whose decoded analysis is kept, about 18 kB each: the size of the caches the
@@ -87,8 +97,18 @@ class BM25Index:
         self._indptr = load_array(directory / POSTINGS_INDPTR)
         self._docs = load_array(directory / POSTINGS_DOCS)
         self._weights = load_array(directory / POSTINGS_WEIGHTS)
+        self._maxes = load_array(directory / POSTINGS_MAX)
+        self._top_indptr = load_array(directory / POSTINGS_TOP_INDPTR)
+        self._postings = Postings(
+            self._docs,
+            self._weights,
+            self._maxes,
+            self._top_indptr,
+            load_array(directory / POSTINGS_TOP_DOCS),
+        )
         self._local = threading.local()
-        self._rows: dict[str, tuple[int, int]] = {}  # term -> postings slice; (0, 0) if absent
+        # term -> (postings slice, term row); (0, 0, -1) if absent
+        self._rows: dict[str, tuple[int, int, int]] = {}
         self._positions: dict[str, int] = {}  # doc id -> position, for hits just returned
         self._check_shapes()
         self._analysis = AnalysisStore(directory, len(self)) if manifest.get("analysis") else None
@@ -151,6 +171,8 @@ class BM25Index:
             (len(self._indptr) and int(self._indptr[-1]) != m["postings"]) and "postings total",
             len(self._docs) != m["postings"] and "postings.docs length",
             len(self._weights) != m["postings"] and "postings.weights length",
+            len(self._maxes) != m["terms"] and "postings.max length",
+            len(self._top_indptr) != m["terms"] + 1 and "postings.top.indptr length",
         ]
         found = [p for p in problems if p]
         if found:
@@ -213,6 +235,20 @@ class BM25Index:
         self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
     ) -> list[SearchHit]:
         """Top-k documents by BM25; ties go to the earlier document in corpus order."""
+        return self._search(query, k, exclude, prune=True)
+
+    def search_exhaustive(
+        self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
+    ) -> list[SearchHit]:
+        """`search` without pruning: every matching document is scored and ranked.
+
+        The same results, more slowly; the reference the pruned search is checked against.
+        """
+        return self._search(query, k, exclude, prune=False)
+
+    def _search(
+        self, query: str, k: int, exclude: Collection[str], *, prune: bool
+    ) -> list[SearchHit]:
         if k <= 0 or not len(self):
             return []
         rows = self._query_rows(query)
@@ -221,10 +257,17 @@ class BM25Index:
         excluded = self._store.ids.lookup_many(list(exclude)) if exclude else None
         if excluded is not None:
             excluded = excluded[excluded >= 0]
-        positions, scores = self._score(rows, excluded)
+        found_positions = None
+        if prune and sum(end - start for start, end, _, _ in rows) > _PRUNE_ABOVE:
+            found_positions = candidates(self._postings, rows, k, excluded, *self._buffers())
+        if found_positions is None:
+            positions, scores = self._score(rows, excluded)
+        else:
+            scores = exact_scores(self._postings, rows, found_positions, self._buffers()[0])
+            positions = found_positions.astype(np.int64)
         top = _top_k(positions, scores, k)
         hits = list(zip(positions[top].tolist(), scores[top].tolist(), strict=True))
-        found = [self._store.ids[p] for p, _ in hits]
+        found = self._store.ids.get_many([p for p, _ in hits])
         # The caller usually asks for these documents next; spare it the id lookups.
         if len(self._positions) > _ROW_CACHE_LIMIT:
             self._positions.clear()  # other threads only ever .get() from it
@@ -244,17 +287,17 @@ class BM25Index:
             found.update(self._look_up_rows(unknown))
         rows = []
         for term, count in counts.items():
-            start, end = found[term] or (0, 0)
+            start, end, row = found[term] or (0, 0, -1)
             if end > start:
-                rows.append((start, end, count))
+                rows.append((start, end, count, row))
         return rows
 
-    def _look_up_rows(self, terms: list[str]) -> dict[str, tuple[int, int]]:
-        """Postings slices of `terms` ((0, 0) when absent), remembered for later queries."""
+    def _look_up_rows(self, terms: list[str]) -> dict[str, tuple[int, int, int]]:
+        """Postings slices and rows of `terms` ((0, 0, -1) when absent), remembered."""
         found = {}
         for term, row in zip(terms, self._terms.lookup_many(terms).tolist(), strict=True):
             start, end = self._indptr[row : row + 2].tolist() if row >= 0 else (0, 0)
-            found[term] = (start, end)
+            found[term] = (start, end, row)
         if len(self._rows) > _ROW_CACHE_LIMIT:
             self._rows.clear()  # other threads only ever .get() from it, so this is safe
         self._rows.update(found)
@@ -271,10 +314,10 @@ class BM25Index:
     def _score(self, rows: list[Row], excluded: IntArray | None) -> tuple[IntArray, ScoreArray]:
         """Positions of the matching documents (excluded ones dropped) and their scores."""
         acc, slots = self._buffers()
-        sparse = sum(end - start for start, end, _ in rows) < _SPARSE_SHARE * len(self)
+        sparse = sum(end - start for start, end, _, _ in rows) < _SPARSE_SHARE * len(self)
         touched: IntArray | None = None
         try:
-            for start, end, count in rows:
+            for start, end, count, _ in rows:
                 weights = self._weights[start:end]
                 # ufunc.at has a fast path since NumPy 1.25: about twice as fast as
                 # acc[docs] += weights (a gather, an add and a scatter).
@@ -304,9 +347,9 @@ def _unique_postings(docs: Any, rows: list[Row], slots: IntArray) -> IntArray:
     lands), so exactly one occurrence per document finds its own index there.
     """
     if len(rows) == 1:
-        start, end, _ = rows[0]
+        start, end, _, _ = rows[0]
         return np.asarray(docs[start:end], dtype=np.int64)
-    touched = np.concatenate([docs[start:end] for start, end, _ in rows]).astype(np.int64)
+    touched = np.concatenate([docs[start:end] for start, end, _, _ in rows]).astype(np.int64)
     order = np.arange(len(touched))
     slots[touched] = order
     unique: IntArray = touched[slots[touched] == order]
