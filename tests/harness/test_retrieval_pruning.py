@@ -14,10 +14,9 @@ import random
 
 import pytest
 
-from harness_app.harness.retrieval import BM25Index, StaleIndexError, open_index
+from harness_app.harness.retrieval import BM25Index, StaleIndexError, open_index, pruning
 from harness_app.harness.retrieval import bm25 as bm25_module
 from harness_app.harness.retrieval import cache as index_cache
-from harness_app.harness.retrieval import pruning
 from harness_app.harness.retrieval.builder import FORMAT_VERSION, MANIFEST
 from harness_app.harness.types import Document, SearchHit
 
