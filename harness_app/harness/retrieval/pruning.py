@@ -62,9 +62,7 @@ class Postings:
         self.top_docs = top_docs
 
 
-def lookup(
-    postings: Postings, row: Row, positions: PositionArray, acc: ScoreArray
-) -> ScoreArray:
+def lookup(postings: Postings, row: Row, positions: PositionArray, acc: ScoreArray) -> ScoreArray:
     """The row's weight (times its query count) for each of `positions`; 0 where absent.
 
     A binary search per position in a long row; a short one is spread into `acc` (the
