@@ -77,6 +77,7 @@ def latency_stats(latencies: list[tuple[float, float]]) -> dict[str, float]:
         "cpu_p50_ms": round(float(np.percentile(cpu, 50)) * 1000, 3),
         "cpu_p99_ms": round(float(np.percentile(cpu, 99)) * 1000, 3),
         "qps": round(len(timed) / float(wall.sum()), 1),
+        "cpu_qps": round(len(timed) / float(cpu.sum()), 1),
     }
 
 
@@ -449,14 +450,14 @@ def score_gap(ours: dict[str, Any], other: dict[str, Any]) -> float:
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(
         "| docs | engine | build s | load s | p50 ms | p99 ms | p99 CPU ms | queries/s "
-        "| RSS MB (anon) | build peak MB | queries |"
+        "| CPU q/s | RSS MB (anon) | build peak MB | queries |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         load = "—" if r.get("load_s") is None else f"{r['load_s']:.3f}"
         print(
             f"| {r['size']:,} | {r['engine']} | {r['build_s']:.1f} | {load} | {r['p50_ms']:.2f} "
-            f"| {r['p99_ms']:.2f} | {r['cpu_p99_ms']:.2f} | {qps(r['qps'])} "
+            f"| {r['p99_ms']:.2f} | {r['cpu_p99_ms']:.2f} | {qps(r['qps'])} | {qps(r['cpu_qps'])} "
             f"| {r['rss_mb']:,.0f} ({r['anon_mb']:,.0f}) "
             f"| {r.get('build_peak_mb', 0):,.0f} | {r['queries']} |"
         )
@@ -479,7 +480,8 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
         notes.append(f"fastest per-query engine {fastest['engine']} ({fastest['qps']:,.0f} q/s);")
         if "tantivy" in by:
             t = by["tantivy"]
-            notes.append(f"ours/tantivy throughput {ours['qps'] / t['qps']:.2f}x;")
+            notes.append(f"ours/tantivy throughput {ours['qps'] / t['qps']:.2f}x")
+            notes.append(f"(per CPU second {ours['cpu_qps'] / t['cpu_qps']:.2f}x);")
             notes.append(
                 f"top-{K} overlap ours vs tantivy {overlap_at_k(ours['top'], t['top']):.3f}"
             )

@@ -48,7 +48,7 @@ _FLOOR_SHARE = 0.35
 # A row shorter than this many times the positions looked up in it is spread densely.
 _SPREAD_BELOW = 8
 # Postings of the rarest query terms scored whole to seed theta.
-_SEED_POSTINGS = 2048
+_SEED_POSTINGS = 1024
 
 
 class Postings:
@@ -174,7 +174,8 @@ def _add_rows(
     for (start, end, count, _), row_docs in zip(rows, parts, strict=True):
         row_weights = weights[start:end]
         np.add.at(acc, row_docs, row_weights if count == 1 else row_weights * count)
-    kept = [row_docs[acc[row_docs] * _HIGH >= floor] for row_docs in parts]
+    floor /= _HIGH
+    kept = [row_docs[acc[row_docs] >= floor] for row_docs in parts]
     found = kept[0] if len(kept) == 1 else _sorted_unique(np.concatenate(kept))
     partial = acc[found]
     for row_docs in parts:
