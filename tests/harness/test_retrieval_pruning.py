@@ -57,8 +57,8 @@ def always_prune(monkeypatch):
     counts = {"calls": 0, "pruned": 0}
     real = pruning.candidates
 
-    def counting(postings, rows, k, excluded, acc, slots):
-        found = real(postings, rows, k, excluded, acc, slots)
+    def counting(postings, rows, k, excluded, acc):
+        found = real(postings, rows, k, excluded, acc)
         counts["calls"] += 1
         counts["pruned"] += found is not None
         return found
@@ -95,8 +95,8 @@ def test_pruning_ranks_far_fewer_documents_than_match(tmp_path, monkeypatch):
     index = BM25Index.build(docs, tmp_path / "idx", analysis=False)
     query = " ".join(VOCAB[:12])  # the commonest words: most documents match
     rows = index._query_rows(query)
-    acc, slots = index._buffers()
-    found = pruning.candidates(index._postings, rows, 10, None, acc, slots)
+    acc = index._buffer()
+    found = pruning.candidates(index._postings, rows, 10, None, acc)
     matching = len(index.search_exhaustive(query, k=len(docs)))
     assert found is not None and len(found) < matching / 10
     assert not acc.any()  # the shared scratch is left all-zero for the next query

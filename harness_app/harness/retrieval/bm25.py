@@ -55,7 +55,13 @@ from harness_app.harness.retrieval.builder import (
     POSTINGS_WEIGHTS,
     IndexBuilder,
 )
-from harness_app.harness.retrieval.pruning import Postings, Row, candidates, exact_scores
+from harness_app.harness.retrieval.pruning import (
+    Postings,
+    Row,
+    candidates,
+    exact_scores,
+    sorted_unique,
+)
 from harness_app.harness.retrieval.store import DocumentStore, StringTable, load_array
 from harness_app.harness.text import ANALYZER_VERSION, analyze
 from harness_app.harness.types import Document, SearchHit
@@ -63,14 +69,13 @@ from harness_app.harness.types import Document, SearchHit
 IntArray = npt.NDArray[np.int64]
 ScoreArray = npt.NDArray[np.float32]
 
-# Below this share of the corpus in postings, rank only the touched documents.
-_SPARSE_SHARE = 0.25
 # Below this many postings a query is scored exhaustively: pruning would not pay for itself.
 _PRUNE_ABOVE = 100_000
-# Every how many scores one is sampled to find a cutoff for the top k.
-_SAMPLE_STRIDE = 8
-# Every how many documents one is sampled for a cutoff when scores fill the dense buffer.
-_DENSE_STRIDE = 64
+# Scores sampled per result asked for, to find a cutoff below which nothing is ranked.
+_SAMPLE_PER_K = 32
+# Scan the whole score buffer once postings reach 1/16 of the documents: a pass over the
+# dense buffer costs about a sixteenth of a gather at each posting.
+_DENSE_RATIO = 16
 # Query terms repeat across queries; remembering where their rows are skips the hashing.
 _ROW_CACHE_LIMIT = 100_000
 # Documents whose decoded analysis is kept, about 18 kB each: the size of the caches the
@@ -263,11 +268,11 @@ class BM25Index:
             excluded = excluded[excluded >= 0]
         found_positions = None
         if prune and sum(end - start for start, end, _, _ in rows) > _PRUNE_ABOVE:
-            found_positions = candidates(self._postings, rows, k, excluded, *self._buffers())
+            found_positions = candidates(self._postings, rows, k, excluded, self._buffer())
         if found_positions is None:
             positions, scores = self._score(rows, excluded, k)
         else:
-            scores = exact_scores(self._postings, rows, found_positions, self._buffers()[0])
+            scores = exact_scores(self._postings, rows, found_positions, self._buffer())
             positions = found_positions.astype(np.int64)
         top = _top_k(positions, scores, k)
         hits = list(zip(positions[top].tolist(), scores[top].tolist(), strict=True))
@@ -307,47 +312,53 @@ class BM25Index:
         self._rows.update(found)
         return found
 
-    def _buffers(self) -> tuple[ScoreArray, IntArray]:
-        """Per-thread scratch: scores (kept all-zero between queries) and dedup slots."""
+    def _buffer(self) -> ScoreArray:
+        """Per-thread scratch of one score per document, kept all-zero between queries."""
         local = self._local
         if getattr(local, "scores", None) is None:
             local.scores = np.zeros(len(self), dtype=np.float32)
-            local.slots = np.empty(len(self), dtype=np.int64)
-        return local.scores, local.slots
+        scores: ScoreArray = local.scores
+        return scores
 
     def _score(
         self, rows: list[Row], excluded: IntArray | None, k: int
     ) -> tuple[IntArray, ScoreArray]:
-        """Positions and scores of the matching documents that may be in the top k.
+        """Positions (ascending) and scores of the matching documents that may be in the top k.
 
-        Excluded documents are dropped. On the dense path, only documents scoring at least
-        the k-th best of every `_DENSE_STRIDE`-th document are kept: sampled documents are
-        distinct, so at least k documents reach that score and the top k are all kept.
+        All rows go through one `np.add.at` in query order, so each document's weights are
+        added in the same order as row by row. Documents of one row are distinct, so the
+        k-th best score among a sample of the longest row is reached by at least k
+        documents: those below it are dropped before anything is sorted. Excluded
+        documents score -inf and are dropped with them.
         """
-        acc, slots = self._buffers()
-        sparse = sum(end - start for start, end, _, _ in rows) < _SPARSE_SHARE * len(self)
-        touched: IntArray | None = None
+        acc = self._buffer()
+        docs, weights = self._docs, self._weights
+        parts = [docs[start:end] for start, end, _, _ in rows]
+        touched = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        added = [
+            weights[start:end] if count == 1 else weights[start:end] * count
+            for start, end, count, _ in rows
+        ]
         try:
-            for start, end, count, _ in rows:
-                weights = self._weights[start:end]
-                # ufunc.at has a fast path since NumPy 1.25: about twice as fast as
-                # acc[docs] += weights (a gather, an add and a scatter).
-                np.add.at(acc, self._docs[start:end], weights if count == 1 else weights * count)
+            np.add.at(acc, touched, added[0] if len(added) == 1 else np.concatenate(added))
             if excluded is not None:
                 acc[excluded] = -np.inf
-            if sparse:
-                touched = _unique_postings(self._docs, rows, slots)
-                scores = acc[touched]
-                keep = scores > 0
-                return touched[keep], scores[keep]
-            sample = acc[::_DENSE_STRIDE]
-            cutoff = 0.0
-            if len(sample) > k:
-                cutoff = float(np.partition(sample, len(sample) - k)[len(sample) - k])
-            positions = np.flatnonzero(acc >= cutoff) if cutoff > 0 else np.flatnonzero(acc > 0)
-            return positions, acc[positions]
+            if len(touched) * _DENSE_RATIO >= len(acc):
+                # Many postings for the corpus: one pass over the dense buffer costs less
+                # than gathering at every posting. Sampled documents are distinct.
+                sample = acc[:: max(1, len(acc) // (_SAMPLE_PER_K * k))]
+                cutoff = _kth_or_zero(sample, k)
+                dense = np.flatnonzero(acc >= cutoff if cutoff > 0 else acc > 0)
+                return dense, acc[dense]
+            longest = max(parts, key=len)  # distinct documents: a valid sample
+            cutoff = _kth_or_zero(acc[longest[:: max(1, len(longest) // (_SAMPLE_PER_K * k))]], k)
+            scores = acc[touched]
+            positions = touched[scores >= cutoff if cutoff > 0 else scores > 0]
+            if len(parts) > 1:
+                positions = sorted_unique(positions)
+            return positions.astype(np.int64), acc[positions]
         finally:
-            if touched is None:
+            if len(touched) * _DENSE_RATIO >= len(acc):
                 acc.fill(0)
             else:
                 acc[touched] = 0
@@ -355,31 +366,16 @@ class BM25Index:
                     acc[excluded] = 0
 
 
-def _unique_postings(docs: Any, rows: list[Row], slots: IntArray) -> IntArray:
-    """The distinct documents in the rows, without sorting.
-
-    Each document's slot receives the index of one of its occurrences (whichever write
-    lands), so exactly one occurrence per document finds its own index there.
-    """
-    if len(rows) == 1:
-        start, end, _, _ = rows[0]
-        return np.asarray(docs[start:end], dtype=np.int64)
-    touched = np.concatenate([docs[start:end] for start, end, _, _ in rows]).astype(np.int64)
-    order = np.arange(len(touched))
-    slots[touched] = order
-    unique: IntArray = touched[slots[touched] == order]
-    return unique
+def _kth_or_zero(scores: ScoreArray, k: int) -> float:
+    """The k-th best of `scores`, or 0 when there are fewer than k."""
+    if len(scores) < k:
+        return 0.0
+    return float(np.partition(scores, len(scores) - k)[len(scores) - k])
 
 
 def _top_k(positions: IntArray, scores: ScoreArray, k: int) -> IntArray:
     """Indices of the k best (score desc, position asc), deterministic under ties."""
-    if len(scores) >= _SAMPLE_STRIDE * 2 * k:
-        # The k-th best of every 8th score is at most the k-th best of all: a cutoff that
-        # keeps about 8k candidates, found at an eighth of the cost of partitioning all.
-        sample = scores[::_SAMPLE_STRIDE]
-        threshold = np.partition(sample, len(sample) - k)[len(sample) - k]
-        candidates = np.flatnonzero(scores >= threshold)
-    elif len(scores) > k:
+    if len(scores) > k:
         threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
         candidates = np.flatnonzero(scores >= threshold)
     else:

@@ -116,7 +116,7 @@ def seed_threshold(
         if budget < 0:
             break
         parts.append(postings.docs[start:end])
-    seeds = _sorted_unique(np.concatenate(parts))
+    seeds = sorted_unique(np.concatenate(parts))
     if excluded is not None and len(excluded):
         seeds = seeds[~np.isin(seeds, excluded)]
     if len(seeds) < k:
@@ -130,12 +130,10 @@ def candidates(
     k: int,
     excluded: IntArray | None,
     acc: ScoreArray,
-    slots: IntArray,
 ) -> PositionArray | None:
     """Positions that may be in the top k (a superset of it); None: rank every match.
 
-    `acc` is the caller's all-zero float32 scratch of one slot per document, left all-zero;
-    `slots` is an int64 scratch of the same length.
+    `acc` is the caller's all-zero float32 scratch of one slot per document, left all-zero.
     """
     theta = seed_threshold(postings, rows, k, excluded, acc)
     if theta <= 0.0:
@@ -176,14 +174,14 @@ def _add_rows(
         np.add.at(acc, row_docs, row_weights if count == 1 else row_weights * count)
     floor /= _HIGH
     kept = [row_docs[acc[row_docs] >= floor] for row_docs in parts]
-    found = kept[0] if len(kept) == 1 else _sorted_unique(np.concatenate(kept))
+    found = kept[0] if len(kept) == 1 else sorted_unique(np.concatenate(kept))
     partial = acc[found]
     for row_docs in parts:
         acc[row_docs] = 0
     return found, partial
 
 
-def _sorted_unique(values: PositionArray) -> PositionArray:
+def sorted_unique(values: PositionArray) -> PositionArray:
     """np.unique by sorting (NumPy 2's hash-based unique is slower on these arrays)."""
     ordered = np.sort(values)
     if len(ordered) < 2:
