@@ -76,6 +76,8 @@ _SAMPLE_PER_K = 32
 # Scan the whole score buffer once postings reach 1/16 of the documents: a pass over the
 # dense buffer costs about a sixteenth of a gather at each posting.
 _DENSE_RATIO = 16
+# Fewer candidates than this are sorted outright.
+_SORT_BELOW = 64
 # Query terms repeat across queries; remembering where their rows are skips the hashing.
 _ROW_CACHE_LIMIT = 100_000
 # Documents whose decoded analysis is kept, about 18 kB each: the size of the caches the
@@ -267,7 +269,7 @@ class BM25Index:
         if excluded is not None:
             excluded = excluded[excluded >= 0]
         found_positions = None
-        if prune and sum(end - start for start, end, _, _ in rows) > _PRUNE_ABOVE:
+        if prune and len(self) > _PRUNE_ABOVE and _postings(rows) > _PRUNE_ABOVE:
             found_positions = candidates(self._postings, rows, k, excluded, self._buffer())
         if found_positions is None:
             positions, scores = self._score(rows, excluded, k)
@@ -275,15 +277,15 @@ class BM25Index:
             scores = exact_scores(self._postings, rows, found_positions, self._buffer())
             positions = found_positions.astype(np.int64)
         top = _top_k(positions, scores, k)
-        hits = list(zip(positions[top].tolist(), scores[top].tolist(), strict=True))
-        found = self._store.ids.get_many([p for p, _ in hits])
+        best = positions[top]
+        found = self._store.ids.get_many(best)
         # The caller usually asks for these documents next; spare it the id lookups.
         if len(self._positions) > _ROW_CACHE_LIMIT:
             self._positions.clear()  # other threads only ever .get() from it
-        self._positions.update(zip(found, (p for p, _ in hits), strict=True))
+        self._positions.update(zip(found, best.tolist(), strict=True))
         return [
-            SearchHit(doc_id=doc_id, score=float(s), rank=rank)
-            for rank, (doc_id, (_, s)) in enumerate(zip(found, hits, strict=True), 1)
+            SearchHit(doc_id=doc_id, score=score, rank=rank)
+            for rank, (doc_id, score) in enumerate(zip(found, scores[top].tolist(), strict=True), 1)
         ]
 
     # --- scoring ----------------------------------------------------------------------
@@ -366,6 +368,10 @@ class BM25Index:
                     acc[excluded] = 0
 
 
+def _postings(rows: list[Row]) -> int:
+    return sum(end - start for start, end, _, _ in rows)
+
+
 def _kth_or_zero(scores: ScoreArray, k: int) -> float:
     """The k-th best of `scores`, or 0 when there are fewer than k."""
     if len(scores) < k:
@@ -375,7 +381,7 @@ def _kth_or_zero(scores: ScoreArray, k: int) -> float:
 
 def _top_k(positions: IntArray, scores: ScoreArray, k: int) -> IntArray:
     """Indices of the k best (score desc, position asc), deterministic under ties."""
-    if len(scores) > k:
+    if len(scores) > max(k, _SORT_BELOW):
         threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
         candidates = np.flatnonzero(scores >= threshold)
     else:

@@ -143,7 +143,7 @@ class StringTable:
         start, end = self._offsets[position : position + 2].tolist()
         return bytes(self._blob[start:end]).decode("utf-8", "surrogatepass")
 
-    def get_many(self, positions: Sequence[int]) -> list[str]:
+    def get_many(self, positions: Sequence[int] | Int64Array) -> list[str]:
         """The strings at `positions`, with one gather of their offsets."""
         index = np.asarray(positions, dtype=np.int64)
         starts, ends = self._offsets[index].tolist(), self._offsets[index + 1].tolist()
