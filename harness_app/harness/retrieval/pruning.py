@@ -47,6 +47,8 @@ _LOW, _HIGH = 1.0 - _SLACK, 1.0 + _SLACK
 _FLOOR_SHARE = 0.35
 # A row shorter than this many times the positions looked up in it is spread densely.
 _SPREAD_BELOW = 8
+# Postings at least 1/16 of the documents: scan the dense buffer instead of gathering.
+_DENSE_RATIO = 16
 # Postings of the rarest query terms scored whole to seed theta.
 _SEED_POSTINGS = 1024
 
@@ -173,6 +175,13 @@ def _add_rows(
         row_weights = weights[start:end]
         np.add.at(acc, row_docs, row_weights if count == 1 else row_weights * count)
     floor /= _HIGH
+    if sum(len(row_docs) for row_docs in parts) * _DENSE_RATIO >= len(acc):
+        # One pass over the buffer costs less than gathering at every posting (floor > 0,
+        # so untouched documents never pass).
+        found = np.flatnonzero(acc >= floor).astype(np.int32)
+        partial = acc[found]
+        acc.fill(0)
+        return found, partial
     kept = [row_docs[acc[row_docs] >= floor] for row_docs in parts]
     found = kept[0] if len(kept) == 1 else sorted_unique(np.concatenate(kept))
     partial = acc[found]
