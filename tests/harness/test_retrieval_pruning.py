@@ -67,12 +67,9 @@ def always_prune(monkeypatch):
     return counts
 
 
-@pytest.mark.parametrize(("k1", "b"), [(0.9, 0.4), (1.2, 0.75), (2.0, 1.0)])
-def test_pruned_search_equals_exhaustive_scoring(tmp_path, always_prune, k1, b):
-    docs = generated_corpus(seed=11, size=3000)
-    index = BM25Index.build(docs, tmp_path / "idx", k1=k1, b=b, analysis=False)
-    rng = random.Random(5)
-    for trial in range(150):
+def assert_same_as_exhaustive(index: BM25Index, queries: int, seed: int) -> None:
+    rng = random.Random(seed)
+    for trial in range(queries):
         query = random_query(rng)
         k = rng.randint(1, 100)
         full = index.search_exhaustive(query, k=200)
@@ -80,14 +77,31 @@ def test_pruned_search_equals_exhaustive_scoring(tmp_path, always_prune, k1, b):
         exclude: set[str] = set()
         if trial % 2:
             exclude = {h.doc_id for h in full[: rng.randint(1, 30)]}
-            exclude |= {f"d{rng.randrange(len(docs))}" for _ in range(20)} | {"not-an-id"}
+            exclude |= {f"d{rng.randrange(len(index))}" for _ in range(20)} | {"not-an-id"}
         expected = index.search_exhaustive(query, k=k, exclude=exclude)
         got = index.search(query, k=k, exclude=exclude)
         assert as_pairs(got) == as_pairs(expected), (query, k, sorted(exclude))
         assert not exclude & {h.doc_id for h in got}
+
+
+@pytest.mark.parametrize(("k1", "b"), [(0.9, 0.4), (1.2, 0.75), (2.0, 1.0)])
+def test_pruned_search_equals_exhaustive_scoring(tmp_path, always_prune, k1, b):
+    docs = generated_corpus(seed=11, size=3000)
+    index = BM25Index.build(docs, tmp_path / "idx", k1=k1, b=b, analysis=False)
+    assert_same_as_exhaustive(index, queries=150, seed=5)
     # The comparison is only worth something if most queries were actually pruned.
     assert always_prune["calls"] == 150
     assert always_prune["pruned"] > 100
+
+
+def test_sparse_paths_agree_too(tmp_path, always_prune, monkeypatch):
+    """The same check with the gather-at-each-posting paths instead of dense scans."""
+    monkeypatch.setattr(pruning, "_DENSE_RATIO", 0)
+    monkeypatch.setattr(bm25_module, "_DENSE_RATIO", 0)
+    docs = generated_corpus(seed=12, size=3000)
+    index = BM25Index.build(docs, tmp_path / "idx", analysis=False)
+    assert_same_as_exhaustive(index, queries=80, seed=6)
+    assert always_prune["pruned"] > 50
 
 
 def test_pruning_ranks_far_fewer_documents_than_match(tmp_path, monkeypatch):
