@@ -7,11 +7,13 @@ reached by k documents, a document whose best possible total is below theta cann
 the top k:
 
 1. Seed theta with exact scores: the documents where each query term weighs most
-   (`postings.top`, a few per term, stored at build time); theta is the k-th best of them.
+   (`postings.top`, a few per term, stored at build time) and every document of the
+   rarest rows; theta is the k-th best of them.
 2. Order the terms by their largest weight. The cheapest terms whose bounds add up to less
-   than theta are "non-essential": a document holding only those cannot reach theta, so
-   only documents in the other (essential) rows are candidates. Those rows are added up
-   densely; the long rows of common terms, which cost the most, are never walked.
+   than theta (less than `1 - _FLOOR_SHARE` of it, in fact) are "non-essential": a
+   document holding only those cannot reach theta, so only documents in the other
+   (essential) rows are candidates. Those rows are added up densely; the long rows of
+   common terms, which cost the most, are never walked.
 3. Each non-essential term then adds its weight to the surviving candidates by binary
    search in its row, most valuable term first; after each one, candidates whose partial
    score plus the bounds still to come fall below theta are dropped, and theta rises to
