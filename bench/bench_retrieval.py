@@ -1,4 +1,4 @@
-"""Retrieval benchmark: our memory-mapped BM25Index against rank-bm25 and bm25s.
+"""Retrieval benchmark: our memory-mapped BM25Index against tantivy, bm25s and rank-bm25.
 
     .venv/bin/python -m bench.bench_retrieval                      # 10k, 100k and 1M documents
     .venv/bin/python -m bench.bench_retrieval --sizes 10000,100000
@@ -9,11 +9,15 @@ sentences drawn from the HotpotQA and SciFact corpora in ../shared/data, so term
 frequencies and document lengths follow real text. Queries are the real HotpotQA and
 SciFact questions.
 
-Every engine sees the same terms (our Lucene-style analyzer), so they differ only in how
-they index and score. Each engine runs in fresh subprocesses, one to build and one to
-serve, so resident memory and load time are measured in a process that did nothing else.
-Our build time includes analysing the text; for the others the shared analysis time is
-added to their indexing time. Latency is per query at k=10, query analysis included.
+Every engine sees the same terms (our Lucene-style analyzer; tantivy gets them joined by
+spaces, behind a whitespace tokenizer), so they differ only in how they index and score.
+All engines use k1=1.2 and b=0.75 by default, the values tantivy fixes (--k1/--b change
+them for the others). "CPU q/s" counts queries per second of the serving thread's CPU
+time, the figure to compare on a machine shared with other work. Each engine runs in
+fresh subprocesses, one to build and one to serve, so resident memory and load time are
+measured in a process that did nothing else. Our build time includes analysing the text;
+for the others the shared analysis time is added to their indexing time. Latency is per
+query at k=10, query analysis included.
 """
 
 from __future__ import annotations
