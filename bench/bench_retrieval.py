@@ -1,4 +1,4 @@
-"""Retrieval benchmark: our memory-mapped BM25Index against rank-bm25 and bm25s.
+"""Retrieval benchmark: our memory-mapped BM25Index against tantivy, bm25s and rank-bm25.
 
     .venv/bin/python -m bench.bench_retrieval                      # 10k, 100k and 1M documents
     .venv/bin/python -m bench.bench_retrieval --sizes 10000,100000
@@ -9,11 +9,15 @@ sentences drawn from the HotpotQA and SciFact corpora in ../shared/data, so term
 frequencies and document lengths follow real text. Queries are the real HotpotQA and
 SciFact questions.
 
-Every engine sees the same terms (our Lucene-style analyzer), so they differ only in how
-they index and score. Each engine runs in fresh subprocesses, one to build and one to
-serve, so resident memory and load time are measured in a process that did nothing else.
-Our build time includes analysing the text; for the others the shared analysis time is
-added to their indexing time. Latency is per query at k=10, query analysis included.
+Every engine sees the same terms (our Lucene-style analyzer; tantivy gets them joined by
+spaces, behind a whitespace tokenizer), so they differ only in how they index and score.
+All engines use k1=1.2 and b=0.75 by default, the values tantivy fixes (--k1/--b change
+them for the others). "CPU q/s" counts queries per second of the serving thread's CPU
+time, the figure to compare on a machine shared with other work. Each engine runs in
+fresh subprocesses, one to build and one to serve, so resident memory and load time are
+measured in a process that did nothing else. Our build time includes analysing the text;
+for the others the shared analysis time is added to their indexing time. Latency is per
+query at k=10, query analysis included.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from harness_app.harness.text import analyze, split_sentences
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 SOURCES = ("hotpotqa-dev500", "scifact")
-ENGINES = ("ours", "bm25s", "rank-bm25")
+ENGINES = ("ours", "tantivy", "bm25s", "rank-bm25")
 K = 10
 SEED = 20240601
 WARMUP = 10
@@ -77,6 +81,7 @@ def latency_stats(latencies: list[tuple[float, float]]) -> dict[str, float]:
         "cpu_p50_ms": round(float(np.percentile(cpu, 50)) * 1000, 3),
         "cpu_p99_ms": round(float(np.percentile(cpu, 99)) * 1000, 3),
         "qps": round(len(timed) / float(wall.sum()), 1),
+        "cpu_qps": round(len(timed) / float(cpu.sum()), 1),
     }
 
 
@@ -141,10 +146,10 @@ def load_token_ids(work: Path) -> tuple[list[list[int]], list[str]]:
     return docs, json.loads((work / "vocab.json").read_text())
 
 
-def worker_ours_build(corpus: Path, work: Path) -> dict[str, Any]:
+def worker_ours_build(corpus: Path, work: Path, k1: float, b: float) -> dict[str, Any]:
     started = time.perf_counter()
     # Retrieval only, as the systems it is compared with (no stored harness analysis).
-    index = BM25Index.build(iter_corpus(corpus), work / "ours", analysis=False)
+    index = BM25Index.build(iter_corpus(corpus), work / "ours", k1=k1, b=b, analysis=False)
     build_s = time.perf_counter() - started
     return {
         "build_s": round(build_s, 2),
@@ -157,17 +162,23 @@ def worker_ours_serve(work: Path, queries: list[str]) -> dict[str, Any]:
     started = time.perf_counter()
     index = BM25Index.load(work / "ours")
     load_s = time.perf_counter() - started
-    latencies, top = time_queries(lambda q: [h.doc_id for h in index.search(q, K)], queries)
-    return {"load_s": round(load_s, 4), **latency_stats(latencies), **memory_mb(), "top": top[:200]}
+    latencies, found = time_queries(lambda q: index.search(q, K), queries)
+    return {
+        "load_s": round(load_s, 4),
+        **latency_stats(latencies),
+        **memory_mb(),
+        "top": [[h.doc_id for h in hits] for hits in found[:200]],
+        "top_scores": [[round(h.score, 4) for h in hits] for hits in found[:200]],
+    }
 
 
-def worker_bm25s_build(work: Path) -> dict[str, Any]:
+def worker_bm25s_build(work: Path, k1: float, b: float) -> dict[str, Any]:
     import bm25s
     from bm25s.tokenization import Tokenized
 
     docs, vocab = load_token_ids(work)
     started = time.perf_counter()
-    retriever = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
+    retriever = bm25s.BM25(method="lucene", k1=k1, b=b)
     retriever.index(
         Tokenized(ids=docs, vocab={t: i for i, t in enumerate(vocab)}), show_progress=False
     )
@@ -209,7 +220,7 @@ def worker_bm25s_serve(work: Path, queries: list[str]) -> dict[str, Any]:
     }
 
 
-def worker_rank_bm25(work: Path, queries: list[str]) -> dict[str, Any]:
+def worker_rank_bm25(work: Path, queries: list[str], k1: float, b: float) -> dict[str, Any]:
     from rank_bm25 import BM25Okapi
 
     docs, vocab = load_token_ids(work)
@@ -217,7 +228,7 @@ def worker_rank_bm25(work: Path, queries: list[str]) -> dict[str, Any]:
     token_docs = [words[d].tolist() for d in docs]
     del docs
     started = time.perf_counter()
-    engine = BM25Okapi(token_docs, k1=0.9, b=0.4)
+    engine = BM25Okapi(token_docs, k1=k1, b=b)
     index_s = time.perf_counter() - started
     del token_docs
 
@@ -237,23 +248,115 @@ def worker_rank_bm25(work: Path, queries: list[str]) -> dict[str, Any]:
     }
 
 
+TANTIVY_FIELD = "body"
+TANTIVY_K1, TANTIVY_B = 1.2, 0.75  # fixed in tantivy
+TANTIVY_SCALE = TANTIVY_K1 + 1
+
+
+def tantivy_schema() -> Any:
+    import tantivy
+
+    builder = tantivy.SchemaBuilder()
+    builder.add_unsigned_field("position", stored=True)
+    # Frequencies, no positions: all BM25 needs, as our index stores.
+    builder.add_text_field(TANTIVY_FIELD, tokenizer_name="terms", index_option="freq")
+    return builder.build()
+
+
+def tantivy_open(path: Path) -> Any:
+    """The index with a whitespace tokenizer: it indexes our analysed terms unchanged."""
+    import tantivy
+
+    index = tantivy.Index(tantivy_schema(), path=str(path))
+    analyzer = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+    index.register_tokenizer("terms", analyzer)
+    return index
+
+
+def worker_tantivy_build(work: Path) -> dict[str, Any]:
+    """Index the shared analysis (terms joined by spaces) with one writer thread."""
+    import tantivy
+
+    docs, vocab = load_token_ids(work)
+    words = np.array(vocab, dtype=object)
+    (work / "tantivy").mkdir()
+    started = time.perf_counter()
+    index = tantivy_open(work / "tantivy")
+    writer = index.writer(heap_size=1 << 30, num_threads=1)
+    for position, doc in enumerate(docs):
+        terms = " ".join(words[doc].tolist())
+        writer.add_document(tantivy.Document(position=position, **{TANTIVY_FIELD: terms}))
+    writer.commit()
+    writer.wait_merging_threads()
+    return {
+        "index_s": round(time.perf_counter() - started, 2),
+        "build_peak_mb": memory_mb()["peak_mb"],
+    }
+
+
+def worker_tantivy_serve(work: Path, queries: list[str]) -> dict[str, Any]:
+    """Single queries, top 10, no hit count (counting would switch off tantivy's pruning).
+
+    tantivy fixes k1=1.2 and b=0.75 and keeps BM25's (k1 + 1) factor, which Lucene 8+
+    (and our index) drop: its scores are ours times 2.2 when ours uses the same k1 and b.
+    """
+    import tantivy
+
+    started = time.perf_counter()
+    index = tantivy_open(work / "tantivy")
+    index.reload()
+    searcher = index.searcher()
+    schema = index.schema
+    load_s = time.perf_counter() - started
+    should = tantivy.Occur.Should
+
+    def search(query: str) -> list[tuple[float, Any]]:
+        terms = analyze(query)
+        if not terms:
+            return []
+        clauses = [(should, tantivy.Query.term_query(schema, TANTIVY_FIELD, t)) for t in terms]
+        hits: list[tuple[float, Any]] = searcher.search(
+            tantivy.Query.boolean_query(clauses), K, count=False
+        ).hits
+        return hits
+
+    latencies, found = time_queries(search, queries)
+    # Document ids are read back afterwards, outside the timed part, for the overlap check.
+    top = [[f"s{searcher.doc(a)['position'][0]}" for _, a in hits] for hits in found[:200]]
+    scores = [[round(s / TANTIVY_SCALE, 4) for s, _ in hits] for hits in found[:200]]
+    return {
+        "load_s": round(load_s, 4),
+        **latency_stats(latencies),
+        **memory_mb(),
+        "segments": searcher.num_segments,
+        "top": top,
+        "top_scores": scores,
+    }
+
+
 def run_worker(args: argparse.Namespace) -> None:
     work = Path(args.work)
     queries = json.loads(Path(args.queries_file).read_text()) if args.queries_file else []
     corpus = Path(args.corpus) if args.corpus else Path()
     workers = {
         "tokenize": lambda: worker_tokenize(corpus, work),
-        "ours-build": lambda: worker_ours_build(corpus, work),
+        "ours-build": lambda: worker_ours_build(corpus, work, args.k1, args.b),
         "ours-serve": lambda: worker_ours_serve(work, queries),
-        "bm25s-build": lambda: worker_bm25s_build(work),
+        "tantivy-build": lambda: worker_tantivy_build(work),
+        "tantivy-serve": lambda: worker_tantivy_serve(work, queries),
+        "bm25s-build": lambda: worker_bm25s_build(work, args.k1, args.b),
         "bm25s-serve": lambda: worker_bm25s_serve(work, queries),
-        "rank-bm25": lambda: worker_rank_bm25(work, queries),
+        "rank-bm25": lambda: worker_rank_bm25(work, queries, args.k1, args.b),
     }
     print(json.dumps(workers[args.worker]()))
 
 
 def spawn(
-    worker: str, work: Path, corpus: Path | None = None, queries: list[str] | None = None
+    worker: str,
+    work: Path,
+    params: tuple[float, float],
+    corpus: Path | None = None,
+    queries: list[str] | None = None,
 ) -> dict[str, Any]:
     command = [
         sys.executable,
@@ -263,6 +366,8 @@ def spawn(
         worker,
         "--work",
         str(work),
+        f"--k1={params[0]!r}",
+        f"--b={params[1]!r}",
     ]
     if corpus is not None:
         command += ["--corpus", str(corpus)]
@@ -289,6 +394,7 @@ def bench_size(
     size: int, args: argparse.Namespace, material: tuple[list[str], list[str], list[str]]
 ) -> list[dict[str, Any]]:
     titles, sentences, queries = material
+    params = (args.k1, args.b)
     workdir = Path(args.workdir)
     corpus = workdir / f"corpus-{size}-{SEED}.jsonl"
     if not corpus.exists():
@@ -298,24 +404,30 @@ def bench_size(
     with tempfile.TemporaryDirectory(dir=workdir, prefix=f"run-{size}-") as scratch:
         work = Path(scratch)
         engines = args.engines
-        if {"bm25s", "rank-bm25"} & set(engines):
-            log(f"[{size}] analysing the corpus once for bm25s / rank-bm25")
-            analysis_s = spawn("tokenize", work, corpus=corpus)["analysis_s"]
+        if {"tantivy", "bm25s", "rank-bm25"} & set(engines):
+            log(f"[{size}] analysing the corpus once for tantivy / bm25s / rank-bm25")
+            analysis_s = spawn("tokenize", work, params, corpus=corpus)["analysis_s"]
         if "ours" in engines:
             log(f"[{size}] ours: build, then serve {args.queries} queries")
-            built = spawn("ours-build", work, corpus=corpus)
-            served = spawn("ours-serve", work, queries=queries[: args.queries])
+            built = spawn("ours-build", work, params, corpus=corpus)
+            served = spawn("ours-serve", work, params, queries=queries[: args.queries])
             rows.append({"size": size, "engine": "ours", **built, **served})
+        if "tantivy" in engines:
+            log(f"[{size}] tantivy: index, then serve")
+            built = spawn("tantivy-build", work, params)
+            served = spawn("tantivy-serve", work, params, queries=queries[: args.queries])
+            build_s = round(analysis_s + built["index_s"], 2)
+            rows.append({"size": size, "engine": "tantivy", "build_s": build_s, **built, **served})
         if "bm25s" in engines:
             log(f"[{size}] bm25s: index, then serve")
-            built = spawn("bm25s-build", work)
-            served = spawn("bm25s-serve", work, queries=queries[: args.queries])
+            built = spawn("bm25s-build", work, params)
+            served = spawn("bm25s-serve", work, params, queries=queries[: args.queries])
             build_s = round(analysis_s + built["index_s"], 2)
             rows.append({"size": size, "engine": "bm25s", "build_s": build_s, **built, **served})
         if "rank-bm25" in engines and (size <= args.rank_bm25_max_size):
             n = rank_bm25_queries(size, args.queries)
             log(f"[{size}] rank-bm25: index and {n} queries")
-            served = spawn("rank-bm25", work, queries=queries[:n])
+            served = spawn("rank-bm25", work, params, queries=queries[:n])
             build_s = round(analysis_s + served["index_s"], 2)
             rows.append({"size": size, "engine": "rank-bm25", "build_s": build_s, **served})
     return rows
@@ -326,17 +438,30 @@ def overlap_at_k(a: list[list[str]], b: list[list[str]]) -> float:
     return sum(len(set(x) & set(y)) / max(len(x), len(y)) for x, y in pairs) / max(len(pairs), 1)
 
 
+def score_gap(ours: dict[str, Any], other: dict[str, Any]) -> float:
+    """Largest |our score - theirs| over the documents both put in a query's top k."""
+    gap = 0.0
+    for ids, scores, their_ids, theirs in zip(
+        ours["top"], ours["top_scores"], other["top"], other["top_scores"], strict=False
+    ):
+        mine = dict(zip(ids, scores, strict=True))
+        for doc_id, score in zip(their_ids, theirs, strict=True):
+            if doc_id in mine:
+                gap = max(gap, abs(mine[doc_id] - score))
+    return gap
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(
         "| docs | engine | build s | load s | p50 ms | p99 ms | p99 CPU ms | queries/s "
-        "| RSS MB (anon) | build peak MB | queries |"
+        "| CPU q/s | RSS MB (anon) | build peak MB | queries |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         load = "—" if r.get("load_s") is None else f"{r['load_s']:.3f}"
         print(
             f"| {r['size']:,} | {r['engine']} | {r['build_s']:.1f} | {load} | {r['p50_ms']:.2f} "
-            f"| {r['p99_ms']:.2f} | {r['cpu_p99_ms']:.2f} | {qps(r['qps'])} "
+            f"| {r['p99_ms']:.2f} | {r['cpu_p99_ms']:.2f} | {qps(r['qps'])} | {qps(r['cpu_qps'])} "
             f"| {r['rss_mb']:,.0f} ({r['anon_mb']:,.0f}) "
             f"| {r.get('build_peak_mb', 0):,.0f} | {r['queries']} |"
         )
@@ -357,11 +482,21 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
             notes.append(f"ours/rank-bm25 throughput {ours['qps'] / by['rank-bm25']['qps']:,.0f}x;")
         fastest = max(by.values(), key=lambda r: r["qps"])
         notes.append(f"fastest per-query engine {fastest['engine']} ({fastest['qps']:,.0f} q/s);")
+        if "tantivy" in by:
+            t = by["tantivy"]
+            notes.append(f"ours/tantivy throughput {ours['qps'] / t['qps']:.2f}x")
+            notes.append(f"(per CPU second {ours['cpu_qps'] / t['cpu_qps']:.2f}x);")
+            notes.append(
+                f"top-{K} overlap ours vs tantivy {overlap_at_k(ours['top'], t['top']):.3f}"
+            )
+            notes.append(f"(score gap {score_gap(ours, t):.4f});")
         if "bm25s" in by:
             b = by["bm25s"]
             notes.append(f"bm25s batch mode {b['batch_qps']:,.0f} q/s;")
             notes.append(f"top-{K} overlap ours vs bm25s {overlap_at_k(ours['top'], b['top']):.3f}")
         print(" ".join(notes))
+        if "tantivy" in by and "segments" in by["tantivy"]:
+            print(f"  (tantivy index in {by['tantivy']['segments']} segment(s))")
 
 
 def log(message: str) -> None:
@@ -378,6 +513,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="10k documents and 200 queries")
     parser.add_argument("--queries", type=int, default=0, help="queries per engine (default 1000)")
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument(
+        "--k1", type=float, default=TANTIVY_K1, help="BM25 k1 (default 1.2, tantivy's fixed value)"
+    )
+    parser.add_argument(
+        "--b", type=float, default=TANTIVY_B, help="BM25 b (default 0.75, tantivy's fixed value)"
+    )
     parser.add_argument("--rank-bm25-max-size", type=int, default=1_000_000)
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument(
@@ -395,6 +536,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ]
     args.queries = args.queries or (200 if args.quick else 1000)
     args.engines = [e for e in args.engines.split(",") if e]
+    unknown = set(args.engines) - set(ENGINES)
+    if unknown:
+        parser.error(
+            f"--engines: unknown {', '.join(sorted(unknown))} (known: {', '.join(ENGINES)})"
+        )
+    if (
+        "tantivy" in args.engines
+        and (args.k1, args.b) != (TANTIVY_K1, TANTIVY_B)
+        and not args.worker
+    ):
+        parser.error(
+            f"tantivy scores with k1={TANTIVY_K1} b={TANTIVY_B} only; drop it from --engines"
+        )
     return args
 
 
@@ -413,7 +567,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for size in args.sizes:
         rows.extend(bench_size(size, args, material))
-    print(f"\nBM25 engines, k={K}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}\n")
+    print(
+        f"\nBM25 engines, k={K}, k1={args.k1} b={args.b}, {os.cpu_count()} CPUs, "
+        f"Python {sys.version.split()[0]}\n"
+    )
     print_table(rows)
     print()
     print_summary(rows)

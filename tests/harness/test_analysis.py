@@ -30,6 +30,7 @@ from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.retrieval import BM25Index, StaleIndexError, open_index
 from harness_app.harness.retrieval import cache as index_cache
+from harness_app.harness.retrieval.builder import FORMAT_VERSION
 from harness_app.harness.text import analyze
 from harness_app.harness.types import Document, QuerySpec, SearchHit, ToolCall
 from tests.harness.fakes import DOCS, QUESTION
@@ -218,7 +219,9 @@ def test_an_index_of_the_previous_format_is_stale_and_rebuilt(tmp_path):
         manifest_path = index.directory / "manifest.json"
         manifest = json.loads(manifest_path.read_text())
         manifest_path.write_text(json.dumps({**manifest, "version": 1}))
-        with pytest.raises(StaleIndexError, match="format version 1, this code reads 2"):
+        with pytest.raises(
+            StaleIndexError, match=f"format version 1, this code reads {FORMAT_VERSION}"
+        ):
             BM25Index.load(index.directory)
         manifest_path.write_text(json.dumps({**manifest, "analysis": "doc-analysis-0"}))
         with pytest.raises(StaleIndexError, match="stores document analysis 'doc-analysis-0'"):

@@ -9,13 +9,19 @@ Layout of an index directory (all arrays are .npy, opened with mmap_mode="r"):
     postings.indptr.npy    int64, one row per term (CSR, term-major)
     postings.docs.npy      int32 document positions, ascending within a row
     postings.weights.npy   float32 BM25 weight of each (term, doc), idf included
+    postings.max.npy       float32 largest weight of each term (for the index's k1 and b)
+    postings.top.*         CSR of the documents where each term weighs most (a few per term)
     analysis.*             each document's query-independent analysis (analysis_store.py),
                            unless built with analysis=False; `document_analysis` reads it
 
-A query adds the rows of its terms into a dense float32 buffer (one per thread, reused and
-re-zeroed only where it was touched) and selects the top k with argpartition. When the rows
-are short compared with the corpus, only the touched documents are considered, so a query
-costs time in proportion to its postings, not to the corpus size.
+A query with many postings is answered by MaxScore pruning (pruning.py): the bounds in
+postings.max and postings.top let it skip the long rows of common terms and rank a few
+hundred candidates instead of every matching document, with the same results. Otherwise,
+and as the reference the pruned path is tested against, a query adds the rows of its terms
+into a dense float32 buffer (one per thread, reused and re-zeroed only where it was
+touched) and selects the top k with argpartition. When the rows are short compared with
+the corpus, only the touched documents are considered, so a query costs time in
+proportion to its postings, not to the corpus size.
 """
 
 from __future__ import annotations
@@ -43,8 +49,18 @@ from harness_app.harness.retrieval.builder import (
     MANIFEST,
     POSTINGS_DOCS,
     POSTINGS_INDPTR,
+    POSTINGS_MAX,
+    POSTINGS_TOP_DOCS,
+    POSTINGS_TOP_INDPTR,
     POSTINGS_WEIGHTS,
     IndexBuilder,
+)
+from harness_app.harness.retrieval.pruning import (
+    Postings,
+    Row,
+    candidates,
+    exact_scores,
+    sorted_unique,
 )
 from harness_app.harness.retrieval.store import DocumentStore, StringTable, load_array
 from harness_app.harness.text import ANALYZER_VERSION, analyze
@@ -52,11 +68,16 @@ from harness_app.harness.types import Document, SearchHit
 
 IntArray = npt.NDArray[np.int64]
 ScoreArray = npt.NDArray[np.float32]
-# (first posting, end of postings, how often the term occurs in the query)
-Row = tuple[int, int, int]
 
-# Below this share of the corpus in postings, rank only the touched documents.
-_SPARSE_SHARE = 0.25
+# Below this many postings a query is scored exhaustively: pruning would not pay for itself.
+_PRUNE_ABOVE = 100_000
+# Scores sampled per result asked for, to find a cutoff below which nothing is ranked.
+_SAMPLE_PER_K = 32
+# Scan the whole score buffer once postings reach 1/16 of the documents: a pass over the
+# dense buffer costs about a sixteenth of a gather at each posting.
+_DENSE_RATIO = 16
+# Fewer candidates than this are sorted outright.
+_SORT_BELOW = 64
 # Query terms repeat across queries; remembering where their rows are skips the hashing.
 _ROW_CACHE_LIMIT = 100_000
 # Documents whose decoded analysis is kept, about 18 kB each: the size of the caches the
@@ -87,8 +108,18 @@ class BM25Index:
         self._indptr = load_array(directory / POSTINGS_INDPTR)
         self._docs = load_array(directory / POSTINGS_DOCS)
         self._weights = load_array(directory / POSTINGS_WEIGHTS)
+        self._maxes = load_array(directory / POSTINGS_MAX)
+        self._top_indptr = load_array(directory / POSTINGS_TOP_INDPTR)
+        self._postings = Postings(
+            self._docs,
+            self._weights,
+            self._maxes,
+            self._top_indptr,
+            load_array(directory / POSTINGS_TOP_DOCS),
+        )
         self._local = threading.local()
-        self._rows: dict[str, tuple[int, int]] = {}  # term -> postings slice; (0, 0) if absent
+        # term -> (postings slice, term row); (0, 0, -1) if absent
+        self._rows: dict[str, tuple[int, int, int]] = {}
         self._positions: dict[str, int] = {}  # doc id -> position, for hits just returned
         self._check_shapes()
         self._analysis = AnalysisStore(directory, len(self)) if manifest.get("analysis") else None
@@ -151,6 +182,8 @@ class BM25Index:
             (len(self._indptr) and int(self._indptr[-1]) != m["postings"]) and "postings total",
             len(self._docs) != m["postings"] and "postings.docs length",
             len(self._weights) != m["postings"] and "postings.weights length",
+            len(self._maxes) != m["terms"] and "postings.max length",
+            len(self._top_indptr) != m["terms"] + 1 and "postings.top.indptr length",
         ]
         found = [p for p in problems if p]
         if found:
@@ -213,6 +246,20 @@ class BM25Index:
         self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
     ) -> list[SearchHit]:
         """Top-k documents by BM25; ties go to the earlier document in corpus order."""
+        return self._search(query, k, exclude, prune=True)
+
+    def search_exhaustive(
+        self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
+    ) -> list[SearchHit]:
+        """`search` without pruning: every matching document is scored and ranked.
+
+        The same results, more slowly; the reference the pruned search is checked against.
+        """
+        return self._search(query, k, exclude, prune=False)
+
+    def _search(
+        self, query: str, k: int, exclude: Collection[str], *, prune: bool
+    ) -> list[SearchHit]:
         if k <= 0 or not len(self):
             return []
         rows = self._query_rows(query)
@@ -221,17 +268,24 @@ class BM25Index:
         excluded = self._store.ids.lookup_many(list(exclude)) if exclude else None
         if excluded is not None:
             excluded = excluded[excluded >= 0]
-        positions, scores = self._score(rows, excluded)
+        found_positions = None
+        if prune and len(self) > _PRUNE_ABOVE and _postings(rows) > _PRUNE_ABOVE:
+            found_positions = candidates(self._postings, rows, k, excluded, self._buffer())
+        if found_positions is None:
+            positions, scores = self._score(rows, excluded, k)
+        else:
+            scores = exact_scores(self._postings, rows, found_positions, self._buffer())
+            positions = found_positions.astype(np.int64)
         top = _top_k(positions, scores, k)
-        hits = list(zip(positions[top].tolist(), scores[top].tolist(), strict=True))
-        found = [self._store.ids[p] for p, _ in hits]
+        best = positions[top]
+        found = self._store.ids.get_many(best)
         # The caller usually asks for these documents next; spare it the id lookups.
         if len(self._positions) > _ROW_CACHE_LIMIT:
             self._positions.clear()  # other threads only ever .get() from it
-        self._positions.update(zip(found, (p for p, _ in hits), strict=True))
+        self._positions.update(zip(found, best.tolist(), strict=True))
         return [
-            SearchHit(doc_id=doc_id, score=float(s), rank=rank)
-            for rank, (doc_id, (_, s)) in enumerate(zip(found, hits, strict=True), 1)
+            SearchHit(doc_id=doc_id, score=score, rank=rank)
+            for rank, (doc_id, score) in enumerate(zip(found, scores[top].tolist(), strict=True), 1)
         ]
 
     # --- scoring ----------------------------------------------------------------------
@@ -244,52 +298,69 @@ class BM25Index:
             found.update(self._look_up_rows(unknown))
         rows = []
         for term, count in counts.items():
-            start, end = found[term] or (0, 0)
+            start, end, row = found[term] or (0, 0, -1)
             if end > start:
-                rows.append((start, end, count))
+                rows.append((start, end, count, row))
         return rows
 
-    def _look_up_rows(self, terms: list[str]) -> dict[str, tuple[int, int]]:
-        """Postings slices of `terms` ((0, 0) when absent), remembered for later queries."""
+    def _look_up_rows(self, terms: list[str]) -> dict[str, tuple[int, int, int]]:
+        """Postings slices and rows of `terms` ((0, 0, -1) when absent), remembered."""
         found = {}
         for term, row in zip(terms, self._terms.lookup_many(terms).tolist(), strict=True):
             start, end = self._indptr[row : row + 2].tolist() if row >= 0 else (0, 0)
-            found[term] = (start, end)
+            found[term] = (start, end, row)
         if len(self._rows) > _ROW_CACHE_LIMIT:
             self._rows.clear()  # other threads only ever .get() from it, so this is safe
         self._rows.update(found)
         return found
 
-    def _buffers(self) -> tuple[ScoreArray, IntArray]:
-        """Per-thread scratch: scores (kept all-zero between queries) and dedup slots."""
+    def _buffer(self) -> ScoreArray:
+        """Per-thread scratch of one score per document, kept all-zero between queries."""
         local = self._local
         if getattr(local, "scores", None) is None:
             local.scores = np.zeros(len(self), dtype=np.float32)
-            local.slots = np.empty(len(self), dtype=np.int64)
-        return local.scores, local.slots
+        scores: ScoreArray = local.scores
+        return scores
 
-    def _score(self, rows: list[Row], excluded: IntArray | None) -> tuple[IntArray, ScoreArray]:
-        """Positions of the matching documents (excluded ones dropped) and their scores."""
-        acc, slots = self._buffers()
-        sparse = sum(end - start for start, end, _ in rows) < _SPARSE_SHARE * len(self)
-        touched: IntArray | None = None
+    def _score(
+        self, rows: list[Row], excluded: IntArray | None, k: int
+    ) -> tuple[IntArray, ScoreArray]:
+        """Positions (ascending) and scores of the matching documents that may be in the top k.
+
+        All rows go through one `np.add.at` in query order, so each document's weights are
+        added in the same order as row by row. Documents of one row are distinct, so the
+        k-th best score among a sample of the longest row is reached by at least k
+        documents: those below it are dropped before anything is sorted. Excluded
+        documents score -inf and are dropped with them.
+        """
+        acc = self._buffer()
+        docs, weights = self._docs, self._weights
+        parts = [docs[start:end] for start, end, _, _ in rows]
+        touched = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        added = [
+            weights[start:end] if count == 1 else weights[start:end] * count
+            for start, end, count, _ in rows
+        ]
         try:
-            for start, end, count in rows:
-                weights = self._weights[start:end]
-                # ufunc.at has a fast path since NumPy 1.25: about twice as fast as
-                # acc[docs] += weights (a gather, an add and a scatter).
-                np.add.at(acc, self._docs[start:end], weights if count == 1 else weights * count)
+            np.add.at(acc, touched, added[0] if len(added) == 1 else np.concatenate(added))
             if excluded is not None:
                 acc[excluded] = -np.inf
-            if sparse:
-                touched = _unique_postings(self._docs, rows, slots)
-                scores = acc[touched]
-                keep = scores > 0
-                return touched[keep], scores[keep]
-            positions = np.flatnonzero(acc > 0)
-            return positions, acc[positions]
+            if len(touched) * _DENSE_RATIO >= len(acc):
+                # Many postings for the corpus: one pass over the dense buffer costs less
+                # than gathering at every posting. Sampled documents are distinct.
+                sample = acc[:: max(1, len(acc) // (_SAMPLE_PER_K * k))]
+                cutoff = _kth_or_zero(sample, k)
+                dense = np.flatnonzero(acc >= cutoff if cutoff > 0 else acc > 0)
+                return dense, acc[dense]
+            longest = max(parts, key=len)  # distinct documents: a valid sample
+            cutoff = _kth_or_zero(acc[longest[:: max(1, len(longest) // (_SAMPLE_PER_K * k))]], k)
+            scores = acc[touched]
+            positions = touched[scores >= cutoff if cutoff > 0 else scores > 0]
+            if len(parts) > 1:
+                positions = sorted_unique(positions)
+            return positions.astype(np.int64), acc[positions]
         finally:
-            if touched is None:
+            if len(touched) * _DENSE_RATIO >= len(acc):
                 acc.fill(0)
             else:
                 acc[touched] = 0
@@ -297,27 +368,21 @@ class BM25Index:
                     acc[excluded] = 0
 
 
-def _unique_postings(docs: Any, rows: list[Row], slots: IntArray) -> IntArray:
-    """The distinct documents in the rows, without sorting.
+def _postings(rows: list[Row]) -> int:
+    return sum(end - start for start, end, _, _ in rows)
 
-    Each document's slot receives the index of one of its occurrences (whichever write
-    lands), so exactly one occurrence per document finds its own index there.
-    """
-    if len(rows) == 1:
-        start, end, _ = rows[0]
-        return np.asarray(docs[start:end], dtype=np.int64)
-    touched = np.concatenate([docs[start:end] for start, end, _ in rows]).astype(np.int64)
-    order = np.arange(len(touched))
-    slots[touched] = order
-    unique: IntArray = touched[slots[touched] == order]
-    return unique
+
+def _kth_or_zero(scores: ScoreArray, k: int) -> float:
+    """The k-th best of `scores`, or 0 when there are fewer than k."""
+    if len(scores) < k:
+        return 0.0
+    return float(np.partition(scores, len(scores) - k)[len(scores) - k])
 
 
 def _top_k(positions: IntArray, scores: ScoreArray, k: int) -> IntArray:
     """Indices of the k best (score desc, position asc), deterministic under ties."""
-    if len(scores) > k:
-        part = np.argpartition(scores, len(scores) - k)[len(scores) - k :]
-        threshold = scores[part].min()
+    if len(scores) > max(k, _SORT_BELOW):
+        threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
         candidates = np.flatnonzero(scores >= threshold)
     else:
         candidates = np.arange(len(scores))

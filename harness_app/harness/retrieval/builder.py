@@ -39,11 +39,18 @@ from harness_app.harness.text import ANALYZER_VERSION, analyze
 from harness_app.harness.types import Document
 
 FORMAT = "harness-bm25"
-FORMAT_VERSION = 2
+# 3: postings.max and postings.top (the bounds the pruned search needs)
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 POSTINGS_INDPTR = "postings.indptr.npy"
 POSTINGS_DOCS = "postings.docs.npy"
 POSTINGS_WEIGHTS = "postings.weights.npy"
+POSTINGS_MAX = "postings.max.npy"
+POSTINGS_TOP_INDPTR = "postings.top.indptr.npy"
+POSTINGS_TOP_DOCS = "postings.top.docs.npy"
+# Documents kept per term in postings.top: where the term weighs most. The pruned search
+# scores them first to learn a score the top k must reach.
+TOP_PER_TERM = 32
 
 # Tokens gathered before a chunk of postings is counted; bounds the temporary arrays.
 _CHUNK_TOKENS = 1 << 20
@@ -172,5 +179,35 @@ class IndexBuilder:
             cursor[t[run_starts]] += run_lengths
         out_docs.flush()
         out_weights.flush()
+        _write_bounds(self.directory, indptr, out_docs, out_weights)
         del out_docs, out_weights
         return total
+
+
+def _write_bounds(directory: Path, indptr: Any, docs: Any, weights: Any) -> None:
+    """Each term's largest weight, and the documents where it weighs most (TOP_PER_TERM).
+
+    Both depend on k1 and b through the weights, so they are built with them.
+    """
+    df = np.diff(indptr)
+    starts = indptr[:-1]
+    maxes = np.maximum.reduceat(weights, starts) if len(starts) and len(weights) else weights[:0]
+    np.save(directory / POSTINGS_MAX, np.asarray(maxes, dtype=np.float32))
+    kept = np.minimum(df, TOP_PER_TERM)
+    top_indptr = np.zeros(len(df) + 1, dtype=np.int64)
+    np.cumsum(kept, out=top_indptr[1:])
+    top_docs = np.empty(int(top_indptr[-1]), dtype=np.int32)
+    # Short rows are kept whole: one gather for all of them.
+    short = np.flatnonzero(df <= TOP_PER_TERM)
+    lengths = df[short]
+    offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    source = np.repeat(starts[short], lengths) + offsets
+    target = np.repeat(top_indptr[short], lengths) + offsets
+    top_docs[target] = docs[source]
+    for term in np.flatnonzero(df > TOP_PER_TERM).tolist():
+        start, end = int(starts[term]), int(indptr[term + 1])
+        best = np.argpartition(weights[start:end], end - start - TOP_PER_TERM)
+        top = np.sort(best[end - start - TOP_PER_TERM :])
+        top_docs[top_indptr[term] : top_indptr[term + 1]] = docs[start:end][top]
+    np.save(directory / POSTINGS_TOP_INDPTR, top_indptr)
+    np.save(directory / POSTINGS_TOP_DOCS, top_docs)

@@ -143,6 +143,16 @@ class StringTable:
         start, end = self._offsets[position : position + 2].tolist()
         return bytes(self._blob[start:end]).decode("utf-8", "surrogatepass")
 
+    def get_many(self, positions: Sequence[int] | Int64Array) -> list[str]:
+        """The strings at `positions`, with one gather of their offsets."""
+        index = np.asarray(positions, dtype=np.int64)
+        starts, ends = self._offsets[index].tolist(), self._offsets[index + 1].tolist()
+        blob = self._blob
+        return [
+            bytes(blob[a:b]).decode("utf-8", "surrogatepass")
+            for a, b in zip(starts, ends, strict=True)
+        ]
+
     def __iter__(self) -> Iterator[str]:
         for start_at in range(0, len(self), _CHUNK):
             bounds = self._offsets[start_at : start_at + _CHUNK + 1].tolist()
