@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from harness_app.forms import MAX_UPLOAD_BYTES, UPLOAD_SUFFIXES, split_validator
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
-from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind
+from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind, VerifierKind
 from harness_app.selectors import import_job_progress
 
 # What Sampling.from_json reads; anything else would be ignored without a word.
@@ -126,4 +126,12 @@ class PolicyConfigSerializer(serializers.ModelSerializer[PolicyConfig]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("kind") == PolicyKind.OPENAI and not attrs.get("model"):
             raise serializers.ValidationError({"model": "an OpenAI-compatible policy needs one"})
+        if attrs.get("verifier") == VerifierKind.LLM and not attrs.get("verifier_model"):
+            raise serializers.ValidationError(
+                {"verifier_model": "the LLM verifier needs the model its server serves"}
+            )
+        if attrs.get("reranker_base_url") and not attrs.get("reranker_model"):
+            raise serializers.ValidationError(
+                {"reranker_model": "name the reranking model, or leave reranker_base_url empty"}
+            )
         return attrs

@@ -189,8 +189,9 @@ def _parse(endpoint: str, response: httpx.Response, count: int) -> dict[int, flo
     for item in items:
         index = item.get("index") if isinstance(item, dict) else None
         score = item.get(score_key) if isinstance(item, dict) else None
-        valid_index = type(index) is int and 0 <= index < count
-        if not valid_index or isinstance(score, bool) or not isinstance(score, int | float):
+        if type(index) is not int or not 0 <= index < count:
+            return None
+        if isinstance(score, bool) or not isinstance(score, int | float):
             return None
         scores[index] = float(score)
     return scores
