@@ -69,7 +69,10 @@ def test_bad_service_settings_are_refused_naming_the_field(researcher_api, body,
 
 def test_a_stored_service_url_no_longer_allowed_is_refused_at_use(settings):
     config = PolicyConfig.objects.create(
-        name="old", kind="baseline", verifier="llm", verifier_model="m",
+        name="old",
+        kind="baseline",
+        verifier="llm",
+        verifier_model="m",
         verifier_base_url="http://10.0.0.7:8000/v1",
     )
     with pytest.raises(PolicyHostError, match=f"policy config {config.pk}, verifier_base_url"):

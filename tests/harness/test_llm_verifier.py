@@ -36,10 +36,16 @@ ADA = DOCS[0]
     [
         ("verdict: yes\nrationale: born in London.", "supported", "born in London."),
         ("Verdict: NO\nRationale: the text says Paris.", "unsupported", "the text says Paris."),
-        ("**Verdict:** Yes\n**Rationale:** stated in the first sentence", "supported",
-         "stated in the first sentence"),
-        ("Let me check.\nverdict = no. The claim's year is wrong.", "unsupported",
-         "The claim's year is wrong."),
+        (
+            "**Verdict:** Yes\n**Rationale:** stated in the first sentence",
+            "supported",
+            "stated in the first sentence",
+        ),
+        (
+            "Let me check.\nverdict = no. The claim's year is wrong.",
+            "unsupported",
+            "The claim's year is wrong.",
+        ),
         ("The document says so.\n\nVERDICT: yes", "supported", "The document says so."),
         ('{"verdict": "yes", "rationale": "it says so"}', "supported", "it says so"),
         ("verdict - yes", "supported", ""),
@@ -189,8 +195,9 @@ def test_the_harness_records_the_models_verdict_with_its_rationale_as_evidence()
     with FakeOpenAIServer(reply=lambda n, body: reply) as fake:
         verifier = LLMVerifier(fake.base_url, "fake-model")
         assert isinstance(verifier, Verifier)
-        result = run_episode(SearchHarness(FakeRetriever(), verifier=verifier), _Script(
-            _READ_THEN_VERIFY), QUESTION)
+        result = run_episode(
+            SearchHarness(FakeRetriever(), verifier=verifier), _Script(_READ_THEN_VERIFY), QUESTION
+        )
     assert result.termination_reason == "end_search"
     observation = result.turns[2].tool_results[0]["content"]
     assert 'Ada_Lovelace: supported (1.00) — "the first sentence says London, 1815."' in observation

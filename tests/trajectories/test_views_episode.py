@@ -194,8 +194,8 @@ def test_viewer_costs_the_same_queries_for_any_episode(
     researcher_client, ran_batch, new_model_call, django_assert_num_queries
 ) -> None:
     # episode, qrels, turns with their per-turn parts, the final state (latest snapshot,
-    # then rows), model calls, verifier calls, the query's other runs, and the SFT exports holding it
-    # (provenance, one query added by the annotator pages), its judgements with their
+    # then rows), model calls, verifier calls, the query's other runs, and the SFT exports
+    # holding it (provenance, one query added by the annotator pages), its judgements with their
     # annotators (the Annotations card, one query), and its neighbours in the list it came
     # from: the previous, the next, its position and the count
     for each in ran_batch.episodes.all():

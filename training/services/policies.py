@@ -14,8 +14,8 @@ def adapter_policy(
     base: PolicyConfig, *, name: str, model: str, sampling: Mapping[str, Any] | None = None
 ) -> PolicyConfig:
     """The policy `name`: `base`'s server, prompt, tool-call format, context mode, verifier
-    and reranker, the served `model`, and `sampling` (default: `base`'s). Written again if it exists, so a
-    retried publish leaves one row."""
+    and reranker, the served `model`, and `sampling` (default: `base`'s). Written again if
+    it exists, so a retried publish leaves one row."""
     policy, _ = PolicyConfig.objects.update_or_create(
         name=name,
         defaults={

@@ -46,9 +46,7 @@ SYSTEM_PROMPT = (
 _VERDICT_RE = re.compile(
     r"verdict[\s*_\"'`]*[:=\-]?[\s*_\"'`]*(yes|no)\b(?![\s*]*[|/])", re.IGNORECASE
 )
-_RATIONALE_RE = re.compile(
-    r"rationale[\s*_\"'`]*[:=\-]?[\s*_\"'`]*(.*)", re.IGNORECASE | re.DOTALL
-)
+_RATIONALE_RE = re.compile(r"rationale[\s*_\"'`]*[:=\-]?[\s*_\"'`]*(.*)", re.IGNORECASE | re.DOTALL)
 # Left around a rationale by markdown, quotes or a JSON-shaped answer.
 _WRAPPING = " \t\n\"'`*_{}"
 _LEADING = _WRAPPING + ".,;:-"
@@ -83,7 +81,9 @@ def parse_verdict(text: str) -> ParsedVerdict:
     return ParsedVerdict(verdict, rationale[:RATIONALE_CHARS])
 
 
-def judge_messages(claim: str, document: Document, doc_chars: int = DOC_CHARS) -> list[dict[str, str]]:
+def judge_messages(
+    claim: str, document: Document, doc_chars: int = DOC_CHARS
+) -> list[dict[str, str]]:
     body = document.text[:doc_chars]
     user = f"Claim: {claim}\n\nDocument title: {document.title}\nDocument text:\n{body}"
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]

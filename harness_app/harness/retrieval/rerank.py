@@ -94,7 +94,9 @@ class RerankingRetriever:
         order = [i for i, _ in scored] + [i for i in range(len(head)) if i not in scores]
         ranked = [(head[i].doc_id, scores.get(i, float("-inf"))) for i in order]
         ranked += [(hit.doc_id, float("-inf")) for hit in hits[self.depth :]]
-        return [SearchHit(doc_id, score, rank) for rank, (doc_id, score) in enumerate(ranked[:k], 1)]
+        return [
+            SearchHit(doc_id, score, rank) for rank, (doc_id, score) in enumerate(ranked[:k], 1)
+        ]
 
     def document(self, doc_id: str) -> Document:
         return self.inner.document(doc_id)
@@ -118,7 +120,11 @@ class RerankingRetriever:
 
     def _text(self, doc_id: str) -> str:
         doc = self.inner.document(doc_id)
-        return f"{doc.title}\n{doc.text[: self.doc_chars]}" if doc.title else doc.text[: self.doc_chars]
+        return (
+            f"{doc.title}\n{doc.text[: self.doc_chars]}"
+            if doc.title
+            else doc.text[: self.doc_chars]
+        )
 
     def _scores(self, query: str, texts: list[str]) -> dict[int, float]:
         """Index into `texts` → relevance score, from whichever endpoint answers."""
