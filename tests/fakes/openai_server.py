@@ -204,11 +204,12 @@ class FakeOpenAIServer:
             ]
             return {"id": "score-1", "object": "list", "model": body.get("model"), "data": data}
         query, texts = str(body["query"]), list(body["documents"])
+        scores = [score(query, t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: -scores[i])
         results = [
-            {"index": i, "document": {"text": t}, "relevance_score": score(query, t)}
-            for i, t in enumerate(texts)
+            {"index": i, "document": {"text": texts[i]}, "relevance_score": scores[i]}
+            for i in order
         ]
-        results.sort(key=lambda r: -r["relevance_score"])
         top_n = body.get("top_n") or len(results)
         return {"id": "rerank-1", "model": body.get("model"), "results": results[:top_n]}
 

@@ -95,8 +95,8 @@ def test_a_verifier_that_is_down_fails_the_episode_naming_its_url(demo_benchmark
     failed = VerifierCall.objects.filter(episode=episode)
     assert failed.count() == 2  # the try and its one retry, kept with their errors
     assert all(c.error.startswith("model_unreachable") and c.verdict == "" for c in failed)
-    last_turn = episode.turn_rows.order_by("-index").first()
-    assert {c.turn_index for c in failed} == {last_turn.index + 1}  # the step that broke off
+    last_turn = episode.turn_rows.order_by("-index").values_list("index", flat=True)[0]
+    assert {c.turn_index for c in failed} == {last_turn + 1}  # the step that broke off
 
 
 def test_exports_and_rl_batches_take_only_the_policys_calls(demo_benchmark):
