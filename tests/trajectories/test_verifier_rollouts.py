@@ -18,6 +18,7 @@ from harness_app.harness.llm.verifier import SYSTEM_PROMPT
 from harness_app.models import PolicyConfig, PolicyKind
 from tests.factories import batch_played
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.vllm import VLLM_URL, needs_vllm
 from training.rl.samples import rl_episodes_for_batch
 from training.sft import records_render, rows_load
 from trajectories.models import EpisodeStatus, ModelCall, Verification, VerifierCall
@@ -166,3 +167,24 @@ def test_a_reranker_without_the_api_fails_the_episode_with_a_clear_reason(demo_b
     episode = batch.episodes.get()
     assert (episode.status, episode.termination_reason) == (EpisodeStatus.FAILED, "reranker_error")
     assert fake.base_url in episode.error and "neither /rerank nor /score" in episode.error
+
+
+@needs_vllm
+def test_a_rollout_judged_by_the_real_vllm_stores_each_call_token_by_token(
+    demo_benchmark, served_model
+):
+    policy = PolicyConfig.objects.create(
+        name="baseline-judged-live",
+        kind=PolicyKind.BASELINE,
+        verifier="llm",
+        verifier_base_url=VLLM_URL,
+        verifier_model=served_model,
+    )
+    episode = batch_played(demo_benchmark, policy, query_limit=1).episodes.get()
+    assert episode.status == EpisodeStatus.COMPLETED, episode.error
+    calls = list(VerifierCall.objects.filter(episode=episode))
+    assert calls and all(c.error == "" and c.completion for c in calls)
+    # SmolLM2-135M rarely names a verdict: "unclear" with its raw answer is the usual case.
+    assert {c.verdict for c in calls} <= {"supported", "unsupported", "unclear"}
+    assert all(c.prompt_tokens == len(c.prompt_token_ids) > 0 for c in calls)
+    assert all(c.completion_tokens == len(c.completion_token_ids) > 0 for c in calls)
