@@ -183,8 +183,12 @@ def test_a_rollout_judged_by_the_real_vllm_stores_each_call_token_by_token(
     episode = batch_played(demo_benchmark, policy, query_limit=1).episodes.get()
     assert episode.status == EpisodeStatus.COMPLETED, episode.error
     calls = list(VerifierCall.objects.filter(episode=episode))
-    assert calls and all(c.error == "" and c.completion for c in calls)
+    # A call that timed out on a busy server is kept with its error, then retried once.
+    judged = [c for c in calls if not c.error]
+    assert judged and all(c.verdict == "" for c in calls if c.error)
+    assert {c.doc_id for c in judged} == {c.doc_id for c in calls}
     # SmolLM2-135M rarely names a verdict: "unclear" with its raw answer is the usual case.
-    assert {c.verdict for c in calls} <= {"supported", "unsupported", "unclear"}
-    assert all(c.prompt_tokens == len(c.prompt_token_ids) > 0 for c in calls)
-    assert all(c.completion_tokens == len(c.completion_token_ids) > 0 for c in calls)
+    assert {c.verdict for c in judged} <= {"supported", "unsupported", "unclear"}
+    assert all(c.completion for c in judged)
+    assert all(c.prompt_tokens == len(c.prompt_token_ids) > 0 for c in judged)
+    assert all(c.completion_tokens == len(c.completion_token_ids) > 0 for c in judged)
