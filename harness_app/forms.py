@@ -61,7 +61,7 @@ class BenchmarkUploadForm(forms.Form):
 
 def _policy_formfield(field: Any, **kwargs: Any) -> Any:
     # Django 6 changes a bare host's assumed scheme to https; vLLM servers speak http.
-    if field.name == "base_url":
+    if field.name in ("base_url", "verifier_base_url", "reranker_base_url"):
         kwargs["assume_scheme"] = "http"
     return field.formfield(**kwargs)
 
@@ -80,6 +80,8 @@ class PolicyConfigForm(forms.ModelForm):
             "sampling": "Sampling",
             "system_prompt_version": "System prompt version",
             "context_limit": "Context limit (tokens)",
+            "verifier_base_url": "Verifier base URL",
+            "reranker_base_url": "Reranker base URL",
         }
         help_texts = {
             "base_url": "The OpenAI-compatible server; blank: the configured vLLM server.",
@@ -87,11 +89,20 @@ class PolicyConfigForm(forms.ModelForm):
             "sampling": 'JSON, e.g. {"temperature": 0.7, "top_p": 0.95, "max_tokens": 2048}.',
             "context_limit": "The prompt cap in tokens; blank: 30,720 (rerender) or 32,768 "
             "(append).",
+            "verifier": "Who judges verify calls: term coverage, or a chat model at "
+            "temperature 0 (its calls are kept apart from the policy's training data).",
+            "verifier_base_url": "The LLM verifier's server; blank: the configured vLLM server.",
+            "verifier_model": "The model the verifier's server serves; needed for the LLM "
+            "verifier.",
+            "reranker_base_url": "A server with vLLM's /rerank or /score API; blank: the "
+            "configured vLLM server.",
+            "reranker_model": "A reranking (cross-encoder) model; blank: no reranking.",
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["base_url"].widget.attrs["placeholder"] = settings.VLLM_BASE_URL
+        for name in ("base_url", "verifier_base_url", "reranker_base_url"):
+            self.fields[name].widget.attrs["placeholder"] = settings.VLLM_BASE_URL
         self.fields["sampling"].initial = dict
 
     def clean(self) -> dict[str, Any]:

@@ -249,6 +249,13 @@ class ContextMode(models.TextChoices):
     RERENDER = "rerender", "Re-rendered each turn (Harness-1)"
 
 
+class VerifierKind(models.TextChoices):
+    """Who judges a `verify` call: term coverage, or a chat model (Harness-1's verifier)."""
+
+    LEXICAL = "lexical", "Lexical (term coverage, no model)"
+    LLM = "llm", "LLM judge (yes/no with a rationale)"
+
+
 class PolicyConfig(models.Model):
     # What a researcher sets, through the API (serializers.py) and the page (forms.py).
     EDITABLE_FIELDS = (
@@ -262,6 +269,11 @@ class PolicyConfig(models.Model):
         "tool_parser",
         "context_mode",
         "context_limit",
+        "verifier",
+        "verifier_base_url",
+        "verifier_model",
+        "reranker_base_url",
+        "reranker_model",
     )
 
     name = models.CharField(max_length=200, unique=True)
@@ -284,6 +296,15 @@ class PolicyConfig(models.Model):
     context_limit = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
+    # The harness's services (docs/harness.md): an empty URL is VLLM_BASE_URL; the LLM
+    # verifier needs a model; an empty reranker model means no reranking.
+    verifier = models.CharField(
+        max_length=16, choices=VerifierKind.choices, default=VerifierKind.LEXICAL
+    )
+    verifier_base_url = models.URLField(blank=True, validators=[validate_policy_base_url])
+    verifier_model = models.CharField(max_length=200, blank=True)
+    reranker_base_url = models.URLField(blank=True, validators=[validate_policy_base_url])
+    reranker_model = models.CharField(max_length=200, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

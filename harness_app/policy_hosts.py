@@ -8,7 +8,8 @@ a port (`vllm:8000`) allows that port only; `*` allows any host.
 
 Checked where a config is written (the model field's validator, so the API and the
 forms say which field is wrong) and again where one is used, for rows written before
-the setting changed.
+the setting changed. The same rule holds for the harness's services a config names (the
+LLM verifier's and the reranker's URLs).
 """
 
 from __future__ import annotations
@@ -68,3 +69,13 @@ def policy_base_url(config: _HasBaseUrl) -> str:
     if refusal:
         raise PolicyHostError(f"policy config {config.pk}: {refusal}")
     return config.base_url or settings.VLLM_BASE_URL
+
+
+def service_base_url(config: Any, field: str) -> str:
+    """The URL in `config`'s `field` (`verifier_base_url`, `reranker_base_url`), if still
+    allowed, or VLLM_BASE_URL when it is empty."""
+    url = str(getattr(config, field))
+    refusal = base_url_refusal(url)
+    if refusal:
+        raise PolicyHostError(f"policy config {config.pk}, {field}: {refusal}")
+    return url or settings.VLLM_BASE_URL

@@ -17,7 +17,7 @@ from harness_app.forms import (
 )
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
 from harness_app.ids import as_id, id_problem
-from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind
+from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind, VerifierKind
 from harness_app.selectors import import_job_progress
 
 # What Sampling.from_json reads; anything else would be ignored without a word.
@@ -150,4 +150,12 @@ class PolicyConfigSerializer(serializers.ModelSerializer[PolicyConfig]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("kind") == PolicyKind.OPENAI and not attrs.get("model"):
             raise serializers.ValidationError({"model": "an OpenAI-compatible policy needs one"})
+        if attrs.get("verifier") == VerifierKind.LLM and not attrs.get("verifier_model"):
+            raise serializers.ValidationError(
+                {"verifier_model": "the LLM verifier needs the model its server serves"}
+            )
+        if attrs.get("reranker_base_url") and not attrs.get("reranker_model"):
+            raise serializers.ValidationError(
+                {"reranker_model": "name the reranking model, or leave reranker_base_url empty"}
+            )
         return attrs

@@ -34,6 +34,7 @@ from trajectories.models import (
     SavedFilter,
     Turn,
     Verification,
+    VerifierCall,
 )
 
 
@@ -163,6 +164,27 @@ class ModelCallAdmin(RecordAdmin):
     @admin.display(description="completion tokens")
     def completion_tokens(self, call: ModelCall) -> int:
         return len(call.completion_token_ids)
+
+
+@admin.register(VerifierCall)
+class VerifierCallAdmin(RecordAdmin):
+    list_display = (
+        "pk",
+        "episode",
+        "turn_index",
+        "doc_id",
+        "verdict",
+        "model",
+        "prompt_tokens",
+        "completion_tokens",
+        "latency_ms",
+        "created_at",
+    )
+    list_filter = ("verdict",)
+    list_select_related = ("episode",)
+    raw_id_fields = ("episode",)
+    exclude = ("prompt_token_ids_blob", "completion_token_ids_blob")
+    changelist_defer = ("request", "response", "usage", "rationale", "completion", *exclude)
 
 
 @admin.register(CuratedItem)

@@ -19,6 +19,7 @@ from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.llm.chat_policy import ChatPolicy, ChatPolicyConfig
 from harness_app.harness.llm.client import ChatClient, ModelCallRecord, Sampling
+from harness_app.harness.llm.verifier import LLMVerifier
 from harness_app.harness.policies import make_policy
 from harness_app.harness.policies.base import Policy
 from harness_app.harness.reader import (
@@ -29,14 +30,20 @@ from harness_app.harness.reader import (
     documents_of,
     served_model,
 )
+from harness_app.harness.retrieval.rerank import RerankingRetriever
 from harness_app.harness.reward import RewardWeights
 from harness_app.harness.runner import iter_episode
 from harness_app.harness.state import HarnessStateJson
 from harness_app.harness.types import QuerySpec, Retriever
-from harness_app.models import ContextMode, PolicyConfig, PolicyKind, Query
-from harness_app.policy_hosts import policy_base_url
+from harness_app.models import ContextMode, PolicyConfig, PolicyKind, Query, VerifierKind
+from harness_app.policy_hosts import policy_base_url, service_base_url
 from trajectories.models import Episode, RolloutBatch
 from trajectories.services import rollouts
+from trajectories.services.verifier_calls import verifier_calls_record
+
+# One retry for the harness's services: a server that is down fails the episode in
+# seconds, one that hangs within 2 x VLLM_TIMEOUT_S.
+SERVICE_RETRIES = 1
 
 
 def query_spec(query: Query) -> QuerySpec:
@@ -137,6 +144,36 @@ def episode_answer(spec: QuerySpec, env: SearchHarness, retriever: Retriever) ->
         return answer_fields(reader, spec, documents)
 
 
+def verifier_build(config: PolicyConfig, batch: RolloutBatch) -> LLMVerifier | None:
+    """The episode's LLM verifier, or None: the harness's lexical verifier."""
+    if config.verifier != VerifierKind.LLM:
+        return None
+    base_url = service_base_url(config, "verifier_base_url")
+    return LLMVerifier(
+        base_url,
+        config.verifier_model,
+        timeout_s=settings.VLLM_TIMEOUT_S,
+        api_key=model_server_api_key(base_url) or "EMPTY",
+        # Token ids need vLLM; a batch without token capture may use any server.
+        capture_tokens=batch.capture_tokens,
+        retries=SERVICE_RETRIES,
+    )
+
+
+def retriever_reranked(retriever: Retriever, config: PolicyConfig) -> Retriever:
+    """`retriever` behind the config's reranker, or as it is when none is set."""
+    if not config.reranker_model:
+        return retriever
+    base_url = service_base_url(config, "reranker_base_url")
+    return RerankingRetriever(
+        retriever,
+        base_url,
+        config.reranker_model,
+        timeout_s=settings.VLLM_TIMEOUT_S,
+        api_key=model_server_api_key(base_url) or "EMPTY",
+    )
+
+
 def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, ModelCallRecord]], int]:
     calls = getattr(policy, "calls", [])
     return calls[sent:], len(calls)
@@ -161,14 +198,32 @@ def _play(claim: rollouts.Claim) -> str:
     episode = Episode.objects.select_related(
         "batch__policy", "batch__benchmark__corpus", "query", "group"
     ).get(pk=episode_id)
-    batch, group, query = episode.rollout_parts()
+    batch = episode.rollout_parts()[0]
     started = time.perf_counter()
-    retriever = corpus_retriever(batch.benchmark.corpus)
+    retriever = retriever_reranked(corpus_retriever(batch.benchmark.corpus), batch.policy)
+    verifier = verifier_build(batch.policy, batch)
     env = SearchHarness(
         retriever,
         config=harness_config(batch.policy, batch),
         ablation=Ablation.from_json(batch.ablation),
+        verifier=verifier,
     )
+    try:
+        return _run(claim, episode, env, verifier, started)
+    finally:
+        for service in (verifier, retriever):
+            if isinstance(service, LLMVerifier | RerankingRetriever):
+                service.close()
+
+
+def _run(
+    claim: rollouts.Claim,
+    episode: Episode,
+    env: SearchHarness,
+    verifier: LLMVerifier | None,
+    started: float,
+) -> str:
+    batch, group, query = episode.rollout_parts()
     policy = policy_build(batch.policy, batch, env.tool_schemas(), group.prefix_messages)
     if isinstance(policy, ChatPolicy):
         # The budget in real tokens: the policy model's tokenizer counts the context.
@@ -188,16 +243,24 @@ def _play(claim: rollouts.Claim) -> str:
     for record in run:
         calls, sent = _drain(policy, sent)
         rollouts.turn_record(claim=claim, turn=record, calls=calls, previous_state=previous)
+        if verifier is not None:
+            verifier_calls_record(
+                episode=claim.episode, turn_index=record.turn, calls=verifier.drain()
+            )
         previous = record.state
         if rollouts.episode_is_cancelled(claim=claim):
             cancelled = True
             break
     calls, sent = _drain(policy, sent)
     rollouts.model_calls_record(claim=claim, calls=calls)  # e.g. the failed final call
+    if verifier is not None:  # the failed calls of a step the verifier broke off
+        verifier_calls_record(
+            episode=claim.episode, turn_index=env.state.turn, calls=verifier.drain()
+        )
     result = run.result()
     reason = "cancelled" if cancelled else result.termination_reason or "unknown"
     ended_well = not cancelled and reason not in rollouts.FAILURE_REASONS
-    answer = episode_answer(spec, env, retriever) if ended_well else {}
+    answer = episode_answer(spec, env, env.retriever) if ended_well else {}
     outcome = rollouts.EpisodeOutcome(
         termination_reason=reason,
         policy_version=policy_version(batch.policy),

@@ -330,6 +330,9 @@ class ToolRunner:
         ids = _unique(arguments["doc_ids"])
         self._require_shown(ids)
         lines = [f'claim "{clip(claim, 160)}":']
+        # Every verdict first, then the records: a verifier that fails part-way (its server
+        # went down) leaves no verification of this call in the state.
+        records = []
         for doc_id in ids:
             doc = self.retriever.document(doc_id)
             # The lexical verifier (not a subclass redefining verify) takes the stored view.
@@ -350,9 +353,10 @@ class ToolRunner:
                 round(float(verdict.score), 4),
                 [str(e) for e in verdict.evidence],
             )
-            self.state.verifications.append(record)
+            records.append(record)
             evidence = " | ".join(f'"{e}"' for e in record.evidence) or "no matching sentence"
             lines.append(f"- {doc_id}: {record.verdict} ({record.score:.2f}) — {evidence}")
+        self.state.verifications.extend(records)
         return "\n".join(lines)
 
     def end_search(self, arguments: dict[str, Any]) -> str:

@@ -22,7 +22,14 @@ from harness_app.harness.metrics import (
 from harness_app.harness.policies.base import Policy, PolicyError
 from harness_app.harness.reward import RewardBreakdown, RewardWeights, compute_reward
 from harness_app.harness.state import HarnessStateJson
-from harness_app.harness.types import Observation, QuerySpec, ToolCall, ToolCallJson, ToolResultJson
+from harness_app.harness.types import (
+    Observation,
+    QuerySpec,
+    ServiceError,
+    ToolCall,
+    ToolCallJson,
+    ToolResultJson,
+)
 
 # Termination reasons the runner itself sets; the environment's own reasons pass through.
 POLICY_ERROR = "policy_error"
@@ -87,7 +94,7 @@ class EpisodeResult:
     termination_reason: str
     curated_ids: list[str]
     seconds: float
-    error: str = ""  # the PolicyError message when the policy gave up
+    error: str = ""  # the PolicyError or ServiceError message when the episode broke off
 
     def to_json(self, *, with_turns: bool = True) -> dict[str, Any]:
         """JSON-ready dict; without turns it is a compact per-query row for reports."""
@@ -165,7 +172,9 @@ class EpisodeRun:
         self.termination_reason = observation.termination_reason
 
     def _step(self, observation: Observation) -> Generator[TurnRecord, None, Observation | None]:
-        """One policy action and env step; None when the policy gave up instead.
+        """One policy action and env step; None when the policy gave up instead, or when a
+        service the harness calls (an LLM verifier, a reranker) failed during the step. That
+        step is not recorded as a turn; the episode ends with the service's reason.
 
         A generator so that `_play` stays flat; it yields at most one record.
         """
@@ -177,7 +186,12 @@ class EpisodeRun:
             self.error = str(exc) or type(exc).__name__
             return None
         acted = time.perf_counter()
-        observation = self.env.step(calls)
+        try:
+            observation = self.env.step(calls)
+        except ServiceError as exc:
+            self.termination_reason = exc.reason
+            self.error = str(exc)
+            return None
         yield self._record(calls, observation, acted - started, time.perf_counter() - acted)
         return observation
 

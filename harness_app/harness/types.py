@@ -148,3 +148,18 @@ class Observation:
     done: bool = False
     termination_reason: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+
+
+class ServiceError(RuntimeError):
+    """An outside service a harness mechanism calls (an LLM verifier, a reranker) failed.
+
+    Raised out of `SearchHarness.step`; the runner ends the episode on it, with `reason` as
+    the termination reason and the message (which names the service's URL) as its error.
+    It is not a tool failure: the policy did nothing wrong and must not pay a turn for it.
+    """
+
+    reason: str = "service_error"
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

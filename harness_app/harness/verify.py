@@ -12,7 +12,9 @@ A `Verifier` turns (claim, document) into a `Verdict`; the harness stores one
 
 It measures whether the document *states the claim's content*, so "unsupported" means
 "not found here", never "refuted", and negation or swapped roles go unnoticed. Plug an LLM
-verifier in through `SearchHarness(verifier=...)` when that matters.
+verifier in through `SearchHarness(verifier=...)` when that matters
+(`harness_app/harness/llm/verifier.py`, Harness-1's yes/no judge). A verifier that depends on
+an outside service raises `types.ServiceError` when the service fails; the episode ends.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class Verdict:
     verdict: str  # supported | unsupported | unclear
     score: float
     evidence: tuple[str, ...]
+    # A model verifier's reasons in its own words; the lexical verifier gives none.
+    rationale: str = ""
 
 
 @runtime_checkable

@@ -29,6 +29,7 @@ CALL_HOLD_S = 120.0
 STREAM_HOLD_S = 5.0
 
 Reply = Callable[[int, dict[str, Any]], str]
+RerankScore = Callable[[str, str], float]
 
 
 def render(messages: list[dict[str, Any]], *, generation_prompt: bool = True) -> list[int]:
@@ -78,8 +79,14 @@ class FakeOpenAIServer:
     name already served is refused, as vLLM refuses it.
 
     Refusals: `refuse` maps an endpoint ("chat/completions", "completions", "models",
-    "tokenize", "load_lora_adapter", "unload_lora_adapter") to the error status it answers
-    instead. A chat request with max_tokens -1, or above `max_model_len`, gets vLLM's 400.
+    "tokenize", "load_lora_adapter", "unload_lora_adapter", "rerank", "score") to the error
+    status it answers instead. A chat request with max_tokens -1, or above `max_model_len`,
+    gets vLLM's 400.
+
+    Reranking: with `rerank_score(query, document) -> float`, /v1/rerank answers in vLLM's
+    Jina/Cohere shape (results[{index, document, relevance_score}], best first, cut to
+    top_n) and /v1/score in its score shape (data[{index, score}]); without it both answer
+    404, as for a served model that is not a reranker.
 
     `keep_requests=False` keeps nothing, for the proxy's benchmark. `hosted=True` answers as a
     hosted API does (OpenAI's own): no `token_ids` or `prompt_token_ids` fields at all and
@@ -101,6 +108,7 @@ class FakeOpenAIServer:
         keep_requests: bool = True,
         max_model_len: int = 8192,
         hosted: bool = False,
+        rerank_score: RerankScore | None = None,
     ) -> None:
         self.model = model
         self.max_model_len = max_model_len
@@ -113,6 +121,7 @@ class FakeOpenAIServer:
         self.hold_stream_after = hold_stream_after
         self.break_stream_after = break_stream_after
         self.refuse = refuse or {}
+        self.rerank_score = rerank_score
         self.keep_requests = keep_requests
         self.hosted = hosted
         self.held = threading.Event()
@@ -185,8 +194,28 @@ class FakeOpenAIServer:
             _send(http, 200, {"count": len(tokens), "tokens": tokens})
         elif endpoint in ("load_lora_adapter", "unload_lora_adapter"):
             self._adapter(http, endpoint, body)
+        elif endpoint in ("rerank", "score") and self.rerank_score is not None:
+            _send(http, 200, self._rerank(endpoint, body, self.rerank_score))
         else:
             _send(http, 404, {"error": {"message": f"no POST {http.path}"}})
+
+    def _rerank(self, endpoint: str, body: dict[str, Any], score: RerankScore) -> dict[str, Any]:
+        if endpoint == "score":
+            query, texts = str(body["text_1"]), list(body["text_2"])
+            data = [
+                {"index": i, "object": "score", "score": score(query, t)}
+                for i, t in enumerate(texts)
+            ]
+            return {"id": "score-1", "object": "list", "model": body.get("model"), "data": data}
+        query, texts = str(body["query"]), list(body["documents"])
+        scores = [score(query, t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: -scores[i])
+        results = [
+            {"index": i, "document": {"text": texts[i]}, "relevance_score": scores[i]}
+            for i in order
+        ]
+        top_n = body.get("top_n") or len(results)
+        return {"id": "rerank-1", "model": body.get("model"), "results": results[:top_n]}
 
     def _model_list(self) -> dict[str, Any]:
         return {

@@ -194,13 +194,13 @@ def test_viewer_costs_the_same_queries_for_any_episode(
     researcher_client, ran_batch, new_model_call, django_assert_num_queries
 ) -> None:
     # episode, qrels, turns with their per-turn parts, the final state (latest snapshot,
-    # then rows), model calls, the query's other runs, and the SFT exports holding it
-    # (provenance, one query added by the annotator pages), its judgements with their
+    # then rows), model calls, verifier calls, the query's other runs, and the SFT exports
+    # holding it (provenance, one query added by the annotator pages), its judgements with their
     # annotators (the Annotations card, one query), and its neighbours in the list it came
     # from: the previous, the next, its position and the count
     for each in ran_batch.episodes.all():
         new_model_call(each, turn_index=1)
-        with django_assert_num_queries(LOGIN_QUERIES + 12):
+        with django_assert_num_queries(LOGIN_QUERIES + 13):
             response = researcher_client.get(f"/episodes/{each.pk}/")
         assert response.status_code == 200
 

@@ -13,9 +13,9 @@ from harness_app.models import PolicyConfig, PolicyKind
 def adapter_policy(
     base: PolicyConfig, *, name: str, model: str, sampling: Mapping[str, Any] | None = None
 ) -> PolicyConfig:
-    """The policy `name`: `base`'s server, prompt, tool-call format and context mode, the
-    served `model`, and `sampling` (default: `base`'s). Written again if it exists, so a
-    retried publish leaves one row."""
+    """The policy `name`: `base`'s server, prompt, tool-call format, context mode, verifier
+    and reranker, the served `model`, and `sampling` (default: `base`'s). Written again if
+    it exists, so a retried publish leaves one row."""
     policy, _ = PolicyConfig.objects.update_or_create(
         name=name,
         defaults={
@@ -28,6 +28,11 @@ def adapter_policy(
             "tool_parser": base.tool_parser,
             "context_mode": base.context_mode,
             "context_limit": base.context_limit,
+            "verifier": base.verifier,
+            "verifier_base_url": base.verifier_base_url,
+            "verifier_model": base.verifier_model,
+            "reranker_base_url": base.reranker_base_url,
+            "reranker_model": base.reranker_model,
         },
     )
     return policy

@@ -1,6 +1,7 @@
 """Rollout batches, groups, episodes, turns and the model calls behind them; ablation
-matrices (`ablations.py`), evaluation runs (`evaluations.py`) and harness tasks
-(`harness_tasks.py`) live beside this module.
+matrices (`ablations.py`), evaluation runs (`evaluations.py`), harness tasks
+(`harness_tasks.py`) and the LLM verifier's calls (`verifier_calls.py`) live beside this
+module.
 
 An episode's turns and model calls are written as they happen, so a crashed worker leaves a
 partial episode that `episode_run` deletes and re-runs from the start (see services.py).
@@ -34,6 +35,7 @@ from trajectories.models.harness_tasks import HarnessGroupStatus as HarnessGroup
 from trajectories.models.harness_tasks import HarnessRun as HarnessRun
 from trajectories.models.harness_tasks import HarnessRunStatus as HarnessRunStatus
 from trajectories.models.harness_tasks import HarnessTask as HarnessTask
+from trajectories.models.verifier_calls import VerifierCall as VerifierCall
 
 if TYPE_CHECKING:
     from harness_app.models import Query
@@ -80,6 +82,10 @@ FAILED_REASONS = (
     "model_bad_response",
     "token_capture_missing",
     "token_count_mismatch",
+    "verifier_unreachable",
+    "verifier_error",
+    "reranker_unreachable",
+    "reranker_error",
     "time_limit",
     "error",
 )

@@ -16,7 +16,7 @@ from django.db.models import Q
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.text import analyze
 from harness_app.models import Document, Qrel
-from trajectories.models import Episode, ModelCall, Turn
+from trajectories.models import Episode, ModelCall, Turn, VerifierCall
 from trajectories.selectors.calls import BLOB_FIELDS, CallSummary, call_summary
 from trajectories.selectors.graph import graph_data
 from trajectories.selectors.turns import (
@@ -76,6 +76,29 @@ def _call_summaries(episode: Episode) -> dict[int, list[CallSummary]]:
     return out
 
 
+# What the turn view shows of a verifier call; never the request or the token blobs.
+VERIFIER_CALL_FIELDS = (
+    "pk",
+    "turn_index",
+    "doc_id",
+    "model",
+    "verdict",
+    "rationale",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_ms",
+    "error",
+)
+
+
+def _verifier_calls(episode: Episode) -> dict[int, list[VerifierCall]]:
+    calls = VerifierCall.objects.filter(episode=episode).only(*VERIFIER_CALL_FIELDS)
+    out: dict[int, list[VerifierCall]] = {}
+    for call in calls.order_by("pk"):
+        out.setdefault(call.turn_index, []).append(call)
+    return out
+
+
 def compare_candidates(*, episode: Episode, limit: int = COMPARE_CANDIDATES) -> list[Episode]:
     """Other episodes of the same query, newest batch first, to compare against."""
     if episode.query_id is None:
@@ -88,17 +111,19 @@ def compare_candidates(*, episode: Episode, limit: int = COMPARE_CANDIDATES) -> 
 
 
 def episode_view(*, episode: Episode) -> EpisodeView:
-    """Everything the viewer shows, in seven queries whatever the number of turns: qrels,
-    turns (with their per-turn state parts), the final state (two), model calls and the
-    other runs of the query."""
+    """Everything the viewer shows, in eight queries whatever the number of turns: qrels,
+    turns (with their per-turn state parts), the final state (two), model calls, verifier
+    calls and the other runs of the query."""
     gold = gold_for(query_id=episode.query_id)
     rows = list(turn_rows(Q(episode=episode)))
     final = turn_state(episode=episode, index=rows[-1].index) if rows else {}
     turns = turn_views(rows=rows, curation_log=final.get("curation_log", []), gold=gold)
     add_pool_growth(turns, final, gold)
     calls = _call_summaries(episode)
+    verifier_calls = _verifier_calls(episode)
     for turn in turns:
         turn.calls = calls.get(turn.index, [])
+        turn.verifier_calls = verifier_calls.get(turn.index, [])
     timelines = gold_timelines(final, gold)
     return EpisodeView(
         episode=episode,

@@ -30,7 +30,7 @@ from django.db.models.functions import JSONObject
 from harness_app.harness import jsondelta
 from harness_app.harness.state import IMPORTANCE_RANK
 from harness_app.models import Qrel
-from trajectories.models import Episode, Turn
+from trajectories.models import Episode, Turn, VerifierCall
 from trajectories.selectors.calls import CallSummary
 
 # --- whole states ------------------------------------------------------------------------------
@@ -236,6 +236,7 @@ class TurnView:
     shown_new: int = 0
     gold_seen: list[str] = field(default_factory=list)  # relevant docs first shown this turn
     calls: list[CallSummary] = field(default_factory=list)
+    verifier_calls: list[VerifierCall] = field(default_factory=list)  # not training data
 
     @property
     def marks(self) -> list[str]:

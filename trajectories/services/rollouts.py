@@ -28,7 +28,7 @@ from harness_app.harness.metrics import EpisodeMetrics
 from harness_app.harness.reward import RewardBreakdown, RewardWeights
 from harness_app.harness.runner import TurnRecord
 from harness_app.harness.state import HarnessState, HarnessStateJson
-from harness_app.models import Benchmark, Document, PolicyConfig, PolicyKind
+from harness_app.models import Benchmark, Document, PolicyConfig, PolicyKind, VerifierKind
 from trajectories.models import (
     FAILED_REASONS,
     FINISHED_EPISODE,
@@ -45,6 +45,7 @@ from trajectories.models import (
     TerminationPolicy,
     Turn,
     Verification,
+    VerifierCall,
     pack_floats,
     pack_ints,
 )
@@ -83,8 +84,10 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
 
 def rollout_queue(policy: PolicyConfig) -> str:
     """Baseline episodes are CPU-bound; LLM episodes wait on vLLM, so they get their own
-    queue served by a thread-pool worker with high concurrency."""
-    return queues.ROLLOUTS if policy.kind == PolicyKind.BASELINE else queues.ROLLOUTS_LLM
+    queue served by a thread-pool worker with high concurrency. So does a baseline whose
+    verifier or reranker is a model: it waits on a server too."""
+    waits = policy.kind != PolicyKind.BASELINE or policy.verifier == VerifierKind.LLM
+    return queues.ROLLOUTS_LLM if waits or policy.reranker_model else queues.ROLLOUTS
 
 
 @transaction.atomic
@@ -268,6 +271,7 @@ def episode_claim(*, episode_id: int) -> Claim | None:
     # What a crashed attempt wrote is discarded: the episode restarts from turn 0.
     Turn.objects.filter(episode=episode).delete()
     ModelCall.objects.filter(episode=episode).delete()
+    VerifierCall.objects.filter(episode=episode).delete()
     episode.status = EpisodeStatus.RUNNING
     episode.attempts += 1
     episode.started_at = episode.heartbeat_at = now
