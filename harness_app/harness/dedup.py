@@ -125,5 +125,10 @@ class DedupIndex:
         if fp.n_words < MIN_WORDS:
             return
         self._shingles[doc_id] = fp.shingles
+        buckets = self._buckets
         for band in fp.bands:
-            self._buckets.setdefault(band, []).append(doc_id)
+            bucket = buckets.get(band)
+            if bucket is None:
+                buckets[band] = [doc_id]
+            else:
+                bucket.append(doc_id)

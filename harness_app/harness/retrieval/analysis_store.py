@@ -48,6 +48,7 @@ from harness_app.harness.types import Document
 PREFIX = "analysis."
 _RS, _US = "\x1e", "\x1f"
 _KIND_CODE = {kind: str(i) for i, kind in enumerate(ENTITY_KINDS)}
+_KIND_OF_CODE = {code: kind for kind, code in _KIND_CODE.items()}
 # Columns of the table: text length (-1: not stored), word count, then [start, end) ranges.
 _COLUMNS = (
     "text_chars",
@@ -248,9 +249,12 @@ class StoredAnalysis:
         if self._entities is None:
             row = self._row
             raw = self._store.entities[row[12] : row[13]].decode("utf-8", "surrogatepass")
-            mentions = []
-            for part in raw.split(_RS) if raw else ():
-                key, label = part[1:].split(_US)
-                mentions.append(Mention(key, label, ENTITY_KINDS[int(part[0])]))
-            self._entities = tuple(mentions)
+            # A fan-out search decodes up to 50 documents' entities in one step, so the
+            # tuples are built directly, without Mention.__new__'s Python frame.
+            kinds, new = _KIND_OF_CODE, tuple.__new__
+            self._entities = tuple(
+                [new(Mention, (*part[1:].split(_US), kinds[part[0]])) for part in raw.split(_RS)]
+                if raw
+                else ()
+            )
         return self._entities
