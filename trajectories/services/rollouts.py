@@ -243,6 +243,22 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
     return cancelled
 
 
+@transaction.atomic
+def groups_cancel(*, group_ids: Sequence[int]) -> int:
+    """Cancel the pending episodes of some groups (the rollout service's stragglers); a
+    running episode plays on. Returns how many were cancelled."""
+    pending = Episode.objects.select_for_update(skip_locked=True).filter(
+        group_id__in=list(group_ids), status=EpisodeStatus.PENDING
+    )
+    rows = list(pending.values_list("pk", "batch_id"))
+    Episode.objects.filter(pk__in=[pk for pk, _ in rows]).update(
+        status=EpisodeStatus.CANCELLED, termination_reason="cancelled", finished_at=timezone.now()
+    )
+    for batch_id in {b for _, b in rows if b is not None}:
+        _batch_progress(batch_id=batch_id, ok=False, count=sum(b == batch_id for _, b in rows))
+    return len(rows)
+
+
 def stale_after() -> timedelta:
     return timedelta(seconds=settings.EPISODE_STALE_AFTER_S)
 
@@ -463,9 +479,9 @@ def _metric_columns(metrics: EpisodeMetrics | None) -> dict[str, Any]:
     }
 
 
-def _batch_progress(*, batch_id: int, ok: bool) -> None:
+def _batch_progress(*, batch_id: int, ok: bool, count: int = 1) -> None:
     field = "episodes_completed" if ok else "episodes_failed"
-    RolloutBatch.objects.filter(pk=batch_id).update(**{field: F(field) + 1})
+    RolloutBatch.objects.filter(pk=batch_id).update(**{field: F(field) + count})
     done = Q(episodes_completed__gt=0) | Q(episodes_failed__gt=0)
     finished = RolloutBatch.objects.filter(
         done,
