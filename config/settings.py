@@ -301,6 +301,8 @@ SPECTACULAR_SETTINGS = {
         "RLAlgorithmEnum": "training.models.RLAlgorithm",
         "HarnessGroupStatusEnum": "trajectories.models.HarnessGroupStatus",
         "HarnessRunStatusEnum": "trajectories.models.HarnessRunStatus",
+        "RolloutRequestStatusEnum": "training.models.RolloutRequestStatus",
+        "DeliveryStateEnum": "training.models.DeliveryState",
     },
 }
 

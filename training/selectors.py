@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 
 from training.models import (
     DeliveryState,
@@ -14,6 +14,7 @@ from training.models import (
     RLJob,
     RLStep,
     RolloutDelivery,
+    RolloutRequest,
     SFTExport,
     SFTJob,
 )
@@ -183,3 +184,12 @@ def rollout_request_counts(*, request_id: int) -> dict[str, int]:
     counts = dict.fromkeys(DeliveryState.values, 0)
     counts.update({state: n for state, n in rows})
     return counts
+
+
+def rollout_requests_queryset() -> QuerySet[RolloutRequest]:
+    """Rollout requests with their groups counted by state (`n_<state>`), in one query."""
+    counts = {
+        f"n_{state}": Count("deliveries", filter=Q(deliveries__state=state))
+        for state in DeliveryState.values
+    }
+    return RolloutRequest.objects.annotate(**counts).order_by("-pk")

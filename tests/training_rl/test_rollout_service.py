@@ -126,9 +126,9 @@ def test_a_zero_variance_group_is_counted_and_never_delivered(demo_benchmark, po
     assert pulled.groups == []
     assert pulled.counts[DeliveryState.ZERO_VARIANCE] == 1
     group_play(varied, [0.7, 0.1])
-    assert [g["delivery"] for g in rollout_groups_pull(request=request, trainer_version=0).groups] == [
-        varied.pk
-    ]
+    assert [
+        g["delivery"] for g in rollout_groups_pull(request=request, trainer_version=0).groups
+    ] == [varied.pk]
 
 
 def test_groups_too_many_versions_behind_the_trainer_are_stale(demo_benchmark, policy):
