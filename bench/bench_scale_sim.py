@@ -44,7 +44,20 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 HOTPOTQA = ROOT.parent / "shared" / "data" / "hotpotqa-dev500"
 COMPOSITIONAL = ROOT / "tests" / "fixtures" / "compositional"
 FORMAT_SLIP = 0.25
-WORDS = "river castle novel film album band author city war prize team museum".split()
+WORDS = [
+    "river",
+    "castle",
+    "novel",
+    "film",
+    "album",
+    "band",
+    "author",
+    "city",
+    "war",
+    "prize",
+    "team",
+    "museum",
+]
 
 
 # --- the upstream, in its own process --------------------------------------------------------
