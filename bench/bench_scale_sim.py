@@ -16,7 +16,8 @@ Prints figures, asserts nothing. Run from the project root (PostgreSQL and Redis
 - The rollout service's request: `--queries` groups wanted, `--group-size` episodes each,
   `--turns` turns at most, over-sampled by `--over-sample`. A trainer thread pulls (up to
   16 groups, long-polling) and acks as groups arrive.
-- Figures: episodes/s overall and per worker; rows and bytes per episode
+- Figures: episodes/s overall and per worker; the trainer's pull latency and what it
+  received; rows and bytes per episode
   (pg_total_relation_size of every table, before and after); CPU seconds and utilisation
   of the workers, PostgreSQL (every postgres process), Redis and the upstream over the
   run, which says which part saturates. The machine's other load counts in PostgreSQL's
@@ -100,6 +101,36 @@ def pids_named(name: str) -> list[int]:
     import psutil
 
     return [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == name]
+
+
+class BackendSampler(threading.Thread):
+    """CPU of the PostgreSQL backends serving this database only (the server may serve
+    others): pg_stat_activity's pids sampled twice a second, each backend's last reading
+    kept. A backend that lives less than a sampling interval is missed."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.stop.is_set():
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()"
+                    )
+                    pids = [row[0] for row in cursor.fetchall()]
+                for pid in pids:
+                    used = cpu_seconds([pid])
+                    if used:
+                        self.seen[pid] = used
+                self.stop.wait(0.5)
+        finally:
+            connection.close()
 
 
 def table_sizes() -> dict[str, tuple[int, int]]:
@@ -187,9 +218,10 @@ def start_workers(n: int, concurrency: int, log_dir: Path) -> list[subprocess.Po
 class Trainer(threading.Thread):
     """Pulls and acks until the request closes; keeps each pull's latency."""
 
-    def __init__(self, request: Any) -> None:
+    def __init__(self, request: Any, max_groups: int) -> None:
         super().__init__(daemon=True)
         self.request = request
+        self.max_groups = max_groups
         self.pull_s: list[float] = []
         self.groups = 0
         self.sequences = 0
@@ -207,7 +239,9 @@ class Trainer(threading.Thread):
         try:
             while True:
                 t0 = time.perf_counter()
-                pulled = rollout_groups_pull(request=self.request, trainer_version=0, max_groups=16)
+                pulled = rollout_groups_pull(
+                    request=self.request, trainer_version=0, max_groups=self.max_groups
+                )
                 self.pull_s.append(time.perf_counter() - t0)
                 for group in pulled.groups:
                     rollout_group_ack(request=self.request, token=group["lease"])
@@ -255,6 +289,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "upstream": lambda: [upstream.pid],
         }
         cpu0 = {k: cpu_seconds(f()) for k, f in parts.items()}
+        sampler = BackendSampler()
+        sampler.start()
         started = time.perf_counter()
         request = rollout_request_create(
             benchmark=bench,
@@ -265,11 +301,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             max_turns=args.turns,
             lease_s=600,
         )
-        trainer = Trainer(request)
+        trainer = Trainer(request, args.pull_groups)
         trainer.start()
         trainer.join(timeout=args.timeout_s)
         wall = time.perf_counter() - started
         cpu = {k: cpu_seconds(f()) - cpu0[k] for k, f in parts.items()}
+        sampler.stop.set()
+        sampler.join()
+        cpu["postgresql_this_db_backends"] = sum(sampler.seen.values())
         after = table_sizes()
     finally:
         for process in [*workers, upstream]:
@@ -290,6 +329,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "workers": args.workers,
             "concurrency": args.concurrency,
             "latency_s": args.latency_s,
+            "pull_groups": args.pull_groups,
+            "load_average_after": [round(x, 1) for x in os.getloadavg()],
             "benchmark": bench.name,
             "cores": os.cpu_count(),
         },
@@ -325,6 +366,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     p.add_argument("--concurrency", type=int, default=16, help="threads per worker")
     p.add_argument("--latency-s", type=float, default=0.5, help="upstream delay per completion")
+    p.add_argument("--pull-groups", type=int, default=4, help="the trainer's max_groups")
     p.add_argument("--timeout-s", type=float, default=3600)
     p.add_argument("--worker-start-s", type=float, default=8.0)
     p.add_argument("--log-dir", default="/tmp/bench_scale_sim")

@@ -27,7 +27,7 @@ import json
 import math
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, TypedDict
 
@@ -45,7 +45,7 @@ from training.models import (
     RolloutRequestStatus,
 )
 from training.rl.advantages import AdvantageSettings, group_advantage_values
-from training.rl.batches import EpisodeCalls, Exclusion, build_sequences
+from training.rl.batches import EpisodeCalls, Exclusion, TrainSequence, build_sequences
 from training.rl.samples import rl_episodes_for_groups
 from training.selectors import rollout_request_counts
 from trajectories.models import Episode, EpisodeStatus, RolloutGroup
@@ -448,8 +448,13 @@ def _payload(
             )
             for e in episode_ids
         ],
-        samples=[asdict(s) for s in build.sequences],
+        samples=[_sample_json(s) for s in build.sequences],
     )
+
+
+def _sample_json(sequence: TrainSequence) -> dict[str, Any]:
+    # Not dataclasses.asdict: it deep-copies every token list, the bulk of a payload.
+    return {f.name: getattr(sequence, f.name) for f in fields(sequence)}
 
 
 # --- ack -------------------------------------------------------------------------------------
