@@ -69,6 +69,8 @@ def test_sampling_overrides_sample_from_a_copy_of_the_policy(demo_benchmark, pol
         ({"groups_wanted": 7, "over_sample": 2.0}, "groups_wanted", "needs 14 queries"),
         ({"query_ids": [10**9]}, "query_ids", r"query ids \[1000000000\] are not queries"),
         ({"reconstruction": "magic"}, "reconstruction", "reconstruction 'magic' is not one"),
+        ({"sampling": {"heat": 2}}, "sampling", "sampling: unknown setting 'heat'"),
+        ({"sampling": {"max_tokens": 0.5}}, "sampling", "max_tokens must be an integer"),
     ],
 )
 def test_a_bad_spec_is_refused_naming_the_field(demo_benchmark, policy, spec, field, message):

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from harness_app.harness.llm.reconstruct import STRATEGIES
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
+from harness_app.serializers import SAMPLING_TYPES
 from training.models import (
     DeliveryState,
     RolloutDelivery,
@@ -97,12 +98,19 @@ def _sampled_policy(policy: PolicyConfig, overrides: Mapping[str, Any]) -> Polic
             "sampling overrides need an OpenAI-compatible policy; the baseline samples nothing",
             field="sampling",
         )
-    bad = sorted(k for k, v in overrides.items() if isinstance(v, dict | list))
-    if bad:
-        raise RolloutServiceError(
-            f"sampling overrides must be numbers, strings or booleans; {bad} are not",
-            field="sampling",
-        )
+    for key, value in overrides.items():
+        kind = SAMPLING_TYPES.get(key)
+        if kind is None:
+            raise RolloutServiceError(
+                f"sampling: unknown setting {key!r}; use {', '.join(SAMPLING_TYPES)}",
+                field="sampling",
+            )
+        numeric = (int, float) if kind is float else (int,)
+        if isinstance(value, bool) or not isinstance(value, numeric):
+            wanted = "a number" if kind is float else "an integer"
+            raise RolloutServiceError(
+                f"sampling: {key} must be {wanted}, got {value!r}", field="sampling"
+            )
     merged = {**policy.sampling, **overrides}
     digest = hashlib.sha256(json.dumps(merged, sort_keys=True).encode()).hexdigest()[:12]
     copied = {f: getattr(policy, f) for f in PolicyConfig.EDITABLE_FIELDS if f != "name"}
