@@ -22,7 +22,7 @@ from tests.fakes.openai_server import FakeOpenAIServer
 from tests.paths import ROOT
 from tests.training_rl.rollout_service import deliveries, group_play, request_create
 from tests.workers import start_worker, wait_until
-from training.models import DeliveryState, RolloutDelivery, RolloutRequestStatus
+from training.models import DeliveryState, RolloutDelivery, RolloutRequest, RolloutRequestStatus
 from training.services.rollout_service import rollout_group_ack, rollout_groups_pull
 from trajectories.models import Episode, EpisodeStatus
 
@@ -157,3 +157,50 @@ def test_a_consumer_killed_before_its_ack_loses_nothing(live_server, tmp_path, d
     assert again["delivery"] == line["delivery"]
     assert (again["times_delivered"], again["lease"] != line["lease"]) == (2, True)
     assert rollout_group_ack(request=request, token=again["lease"]).status == "satisfied"
+
+
+def test_the_reference_trainer_submits_steps_acks_and_finishes(
+    live_server, tmp_path, demo_benchmark
+):
+    researcher = factories.user("rita", Role.RESEARCHER)
+    token, _ = Token.objects.get_or_create(user=researcher)
+    policy = PolicyConfig.objects.create(
+        name="served", kind=PolicyKind.OPENAI, base_url="http://127.0.0.1:8011/v1", model="m"
+    )
+    trainer = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "external_trainer.py"),
+            f"--base-url={live_server.url}",
+            f"--token={token.key}",
+            f"--benchmark={demo_benchmark.pk}",
+            f"--policy={policy.pk}",
+            "--group-size=2",
+            "--groups=2",
+            "--over-sample=1.5",
+            "--wait-s=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert trainer.stdout is not None
+        submitted = json.loads(trainer.stdout.readline())
+        assert submitted["event"] == "submitted"
+        request = RolloutRequest.objects.get(pk=submitted["request"])
+        first, second, _third = deliveries(request)  # ceil(2 x 1.5) launched
+        group_play(first, [1.0, 0.0])
+        group_play(second, [0.0, 0.5])
+        events = [json.loads(line) for line in trainer.stdout]
+    finally:
+        trainer.kill()
+        trainer.wait(timeout=10)
+    steps = [e for e in events if e["event"] == "stepped"]
+    assert sum(len(e["groups"]) for e in steps) == 2
+    assert all(e["trained_tokens"] > 0 for e in steps)
+    acked = [e for e in events if e["event"] == "acked"]
+    assert [e["answer"]["already_acked"] for e in acked] == [False, False]
+    assert events[-1]["event"] == "done"
+    assert events[-1]["status"] == "satisfied"
+    assert events[-1]["counts"]["straggler"] == 1
