@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -204,3 +205,31 @@ def test_the_reference_trainer_submits_steps_acks_and_finishes(
     assert events[-1]["event"] == "done"
     assert events[-1]["status"] == "satisfied"
     assert events[-1]["counts"]["straggler"] == 1
+
+
+def test_concurrent_consumers_never_share_a_group(demo_benchmark):
+    policy = PolicyConfig.objects.create(
+        name="served", kind=PolicyKind.OPENAI, base_url="http://127.0.0.1:8011/v1", model="m"
+    )
+    request = request_create(demo_benchmark, policy, groups_wanted=6)
+    for delivery in deliveries(request):
+        group_play(delivery, [1.0, 0.0])
+    got: list[list[int]] = []
+    start = threading.Barrier(8)
+
+    def consumer() -> None:
+        try:
+            start.wait()
+            pulled = rollout_groups_pull(request=request, trainer_version=0, max_groups=2)
+            got.append([g["delivery"] for g in pulled.groups])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=consumer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    delivered = [d for ids in got for d in ids]
+    assert len(got) == 8
+    assert sorted(delivered) == sorted(d.pk for d in deliveries(request))  # each once
