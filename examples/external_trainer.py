@@ -5,12 +5,14 @@ joins an existing request), pulls evaluated groups as they finish, turns each in
 tensors a policy-gradient step consumes, and acknowledges the group once that step is
 done. Every event is one JSON line on stdout, so another program can follow it.
 
-The "step" here computes the loss inputs, not a model update: per sequence the input ids,
-the loss mask, the per-token advantage and the sampler's logprobs, and the surrogate
--sum(A * mask) / sum(mask) at ratio 1 (the value a CISPO or GRPO step starts from). A real
-trainer (verl, slime, SkyRL, TRL, or this project's training/rl/trainer.py on a GPU) plugs
-in at `train_step`; on a 2-core CPU a real forward and backward of even SmolLM2-135M takes
-minutes per group (DEVELOPERS.md), which is why the reference stops at the loss inputs.
+By default the "step" computes the loss inputs, not a model update: per sequence the input
+ids, the loss mask, the per-token advantage and the sampler's logprobs, and the surrogate
+-sum(A * mask) / sum(mask) at ratio 1 (the value a CISPO or GRPO step starts from). On a
+2-core CPU a real forward and backward of even SmolLM2-135M takes minutes per group of
+real episodes (DEVELOPERS.md). With `--model-dir` (the weights vLLM serves, and the
+project's `train` extra installed) each step is a real LoRA CISPO step of the built-in
+trainer (training/rl/trainer.py) on the pulled sequences; any other trainer (verl, slime,
+SkyRL, TRL) plugs in at the same place.
 
     python examples/external_trainer.py --base-url http://127.0.0.1:8000 --token KEY \\
         --benchmark 1 --policy 2 --group-size 4 --groups 8 --over-sample 1.5
@@ -75,6 +77,27 @@ def train_step(groups: list[dict[str, Any]]) -> dict[str, float]:
     return {"trained_tokens": tokens, "surrogate": weighted / tokens if tokens else 0.0}
 
 
+class BuiltinTrainer:
+    """The project's LoRA trainer, fed the pulled samples as its TrainSequence rows."""
+
+    def __init__(self, model_dir: str) -> None:
+        from training.rl.trainer import PolicyTrainer, TrainSettings
+
+        self.trainer = PolicyTrainer(model_dir, settings=TrainSettings(loss="cispo"))
+
+    def __call__(self, groups: list[dict[str, Any]]) -> dict[str, float]:
+        from training.rl.batches import TrainSequence
+
+        names = TrainSequence.__dataclass_fields__
+        rows = [
+            TrainSequence(**{k: v for k, v in s.items() if k in names})
+            for g in groups
+            for s in g["samples"]
+        ]
+        metrics = self.trainer.train_step(rows)
+        return {"trained_tokens": metrics.tokens, "loss": metrics.loss, "seconds": metrics.seconds}
+
+
 def emit(event: str, **data: Any) -> None:
     print(json.dumps({"event": event, **data}), flush=True)
 
@@ -105,6 +128,7 @@ class ServiceClient:
 
 def run(args: argparse.Namespace) -> int:
     client = ServiceClient(args.base_url, args.token)
+    step = BuiltinTrainer(args.model_dir) if args.model_dir else train_step
     request_id = args.request
     if request_id is None:
         spec = {
@@ -139,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
             )
         if groups:
             time.sleep(args.step_s)  # a stand-in for the time a real step takes
-            emit("stepped", groups=[g["delivery"] for g in groups], **train_step(groups))
+            emit("stepped", groups=[g["delivery"] for g in groups], **step(groups))
             seen.update(g["delivery"] for g in groups)
         for group in pulled["groups"]:
             answer = client.ack(request_id, group["lease"])
@@ -166,6 +190,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--wait-s", type=float, default=10.0, help="long-poll each pull this long")
     p.add_argument("--step-s", type=float, default=0.0, help="pretend each step takes this long")
     p.add_argument("--consumer", default="external_trainer")
+    p.add_argument("--model-dir", help="train for real: the built-in LoRA trainer on these weights")
     args = p.parse_args(argv)
     if args.request is None and (args.benchmark is None or args.policy is None):
         p.error("--benchmark and --policy are needed unless --request joins a request")

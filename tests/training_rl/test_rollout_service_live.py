@@ -160,9 +160,7 @@ def test_a_consumer_killed_before_its_ack_loses_nothing(live_server, tmp_path, d
     assert rollout_group_ack(request=request, token=again["lease"]).status == "satisfied"
 
 
-def test_the_reference_trainer_submits_steps_acks_and_finishes(
-    live_server, tmp_path, demo_benchmark
-):
+def _reference_trainer_run(live_server, demo_benchmark, *extra: str) -> list[dict[str, Any]]:
     researcher = factories.user("rita", Role.RESEARCHER)
     token, _ = Token.objects.get_or_create(user=researcher)
     policy = PolicyConfig.objects.create(
@@ -180,9 +178,10 @@ def test_the_reference_trainer_submits_steps_acks_and_finishes(
             "--groups=2",
             "--over-sample=1.5",
             "--wait-s=1",
+            *extra,
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.DEVNULL,  # model loading notes; the events are on stdout
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
@@ -193,10 +192,16 @@ def test_the_reference_trainer_submits_steps_acks_and_finishes(
         first, second, _third = deliveries(request)  # ceil(2 x 1.5) launched
         group_play(first, [1.0, 0.0])
         group_play(second, [0.0, 0.5])
-        events = [json.loads(line) for line in trainer.stdout]
+        # Only the event lines: a library may print its own notes (model loading).
+        events = [json.loads(line) for line in trainer.stdout if line.startswith(b"{")]
     finally:
         trainer.kill()
         trainer.wait(timeout=10)
+    return events
+
+
+def test_the_reference_trainer_submits_steps_acks_and_finishes(live_server, demo_benchmark):
+    events = _reference_trainer_run(live_server, demo_benchmark)
     steps = [e for e in events if e["event"] == "stepped"]
     assert sum(len(e["groups"]) for e in steps) == 2
     assert all(e["trained_tokens"] > 0 for e in steps)
@@ -205,6 +210,16 @@ def test_the_reference_trainer_submits_steps_acks_and_finishes(
     assert events[-1]["event"] == "done"
     assert events[-1]["status"] == "satisfied"
     assert events[-1]["counts"]["straggler"] == 1
+
+
+def test_the_reference_trainer_takes_real_steps_with_the_builtin_trainer(
+    live_server, demo_benchmark, smollm2_dir
+):
+    events = _reference_trainer_run(live_server, demo_benchmark, f"--model-dir={smollm2_dir}")
+    steps = [e for e in events if e["event"] == "stepped"]
+    assert steps, events[-3:]
+    assert all(e["trained_tokens"] > 0 and e["seconds"] > 0 for e in steps)
+    assert events[-1]["status"] == "satisfied"
 
 
 def test_concurrent_consumers_never_share_a_group(demo_benchmark):
