@@ -20,7 +20,7 @@ from harness_app.api import (
     ObtainExpiringAuthToken,
     PolicyConfigViewSet,
 )
-from training.api import ExportViewSet, RLJobViewSet, SFTJobViewSet
+from training.api import ExportViewSet, RLJobViewSet, RolloutRequestViewSet, SFTJobViewSet
 from trajectories.api.ablations import AblationMatrixViewSet
 from trajectories.api.annotations import AnnotationViewSet
 from trajectories.api.batches import BatchViewSet
@@ -54,6 +54,7 @@ router.register("annotations", AnnotationViewSet, basename="annotation")
 router.register("exports", ExportViewSet, basename="export")
 router.register("sft-jobs", SFTJobViewSet, basename="sft-job")
 router.register("rl-jobs", RLJobViewSet, basename="rl-job")
+router.register("rollout-requests", RolloutRequestViewSet, basename="rollout-request")
 router.register("recordings", RecordingViewSet, basename="recording")
 router.register("harness-tasks", HarnessTaskViewSet, basename="harness-task")
 router.register("harness-groups", HarnessGroupViewSet, basename="harness-group")

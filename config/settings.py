@@ -316,6 +316,8 @@ SPECTACULAR_SETTINGS = {
         "HarnessGroupStatusEnum": "trajectories.models.HarnessGroupStatus",
         "HarnessRunStatusEnum": "trajectories.models.HarnessRunStatus",
         "EvaluationStatusEnum": "trajectories.models.EvaluationStatus",
+        "RolloutRequestStatusEnum": "training.models.RolloutRequestStatus",
+        "DeliveryStateEnum": "training.models.DeliveryState",
     },
 }
 

@@ -1,12 +1,23 @@
-"""Exports, SFT jobs and RL jobs in the admin: read-only, because they are records of what
-a model was trained on; they change only through training/services/."""
+"""Exports, SFT jobs, RL jobs and the rollout service's requests in the admin: read-only,
+because they are records of what a model was trained on; they change only through
+training/services/."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from harness_app.admin_base import ReadOnlyAdmin
-from training.models import PolicyVersion, RLJob, RLStep, SFTExport, SFTExportEpisode, SFTJob
+from training.models import (
+    PolicyVersion,
+    RLJob,
+    RLStep,
+    RolloutDelivery,
+    RolloutLease,
+    RolloutRequest,
+    SFTExport,
+    SFTExportEpisode,
+    SFTJob,
+)
 
 
 @admin.register(SFTExport)
@@ -50,3 +61,24 @@ class PolicyVersionAdmin(ReadOnlyAdmin):
     list_display = ("pk", "job", "number", "policy", "trained_at_step", "created_at")
     raw_id_fields = ("job", "policy")
     list_select_related = ("job", "policy")
+
+
+@admin.register(RolloutRequest)
+class RolloutRequestAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "status", "benchmark", "policy", "groups_wanted", "created_at")
+    list_filter = ("status",)
+    raw_id_fields = ("benchmark", "policy", "batch", "created_by")
+    list_select_related = ("benchmark", "policy")
+
+
+@admin.register(RolloutDelivery)
+class RolloutDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "request", "group", "state", "times_delivered", "lease_expires_at")
+    list_filter = ("state",)
+    raw_id_fields = ("request", "group")
+
+
+@admin.register(RolloutLease)
+class RolloutLeaseAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "delivery", "consumer", "leased_at", "expires_at", "acked_at")
+    raw_id_fields = ("delivery",)

@@ -3,6 +3,8 @@ role reads them."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,17 @@ from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from harness_app.api import ResearcherWrites, request_user
+from harness_app.api import IsResearcher, ResearcherWrites, request_user
 from training import selectors
-from training.models import ExportStatus, RLJob, RLStep, SFTExport, SFTJob
+from training.models import (
+    ExportStatus,
+    RLJob,
+    RLStep,
+    RolloutRequest,
+    RolloutRequestStatus,
+    SFTExport,
+    SFTJob,
+)
 from training.rl.publish import PublishError
 from training.serializers import (
     ExportCreateSerializer,
@@ -26,11 +36,17 @@ from training.serializers import (
     RLJobCreateSerializer,
     RLJobDetailSerializer,
     RLJobSerializer,
+    RolloutAckResultSerializer,
+    RolloutAckSerializer,
+    RolloutPullResultSerializer,
+    RolloutPullSerializer,
+    RolloutRequestCreateSerializer,
+    RolloutRequestSerializer,
     SFTJobCreateSerializer,
     SFTJobDetailSerializer,
     SFTJobSerializer,
 )
-from training.services import rl_jobs, sft_exports, sft_jobs
+from training.services import rl_jobs, rollout_service, sft_exports, sft_jobs
 
 
 class NotReady(APIException):
@@ -240,3 +256,116 @@ class JobStateConflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "the job is not in a state for that"
     default_code = "job_state"
+
+
+# --- the rollout service ---------------------------------------------------------------------
+
+
+class LeaseNotFound(APIException):
+    status_code = status.HTTP_404_NOT_FOUND
+    default_detail = "no such lease"
+    default_code = "lease_unknown"
+
+
+class LeaseConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "the lease expired"
+    default_code = "lease_expired"
+
+
+# How often a long-polling pull looks again for a finished group.
+PULL_POLL_S = 0.25
+
+
+class RolloutRequestViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[RolloutRequest]
+):
+    """The rollout service for outside trainers (docs/api.md): submit a batch spec, pull
+    evaluated groups as they finish, acknowledge each one. Researchers only."""
+
+    permission_classes = [IsResearcher]
+    serializer_class = RolloutRequestSerializer
+
+    def get_queryset(self) -> QuerySet[RolloutRequest]:
+        return selectors.rollout_requests_queryset()
+
+    @extend_schema(
+        request=RolloutRequestCreateSerializer, responses={201: RolloutRequestSerializer}
+    )
+    def create(self, request: Request) -> Response:
+        """Check the spec and launch its over-sampled groups on the rollout workers."""
+        form = RolloutRequestCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            created = rollout_service.rollout_request_create(
+                created_by=request_user(request), **form.validated_data
+            )
+        except rollout_service.RolloutServiceError as exc:
+            raise ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None
+        data = RolloutRequestSerializer(created).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=RolloutPullSerializer, responses={200: RolloutPullResultSerializer})
+    @action(detail=True, methods=["post"])
+    def pull(self, request: Request, pk: str) -> Response:
+        """Lease up to `max_groups` finished, evaluated groups: token ids, logprobs, loss
+        masks, rewards and group-relative advantages. Acknowledge each with `ack/` before
+        its lease ends, or it is delivered again."""
+        rollout_request = self.get_object()
+        form = RolloutPullSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        args = form.validated_data
+        deadline = time.monotonic() + args["wait_s"]
+        while True:
+            try:
+                result = rollout_service.rollout_groups_pull(
+                    request=rollout_request,
+                    trainer_version=args["policy_version"],
+                    max_groups=args["max_groups"],
+                    consumer=args["consumer"],
+                )
+            except rollout_service.RolloutServiceError as exc:
+                raise ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None
+            waiting = result.status == RolloutRequestStatus.OPEN and not result.groups
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(PULL_POLL_S)
+        # Answered as built: the serializer describes the shape for the schema, but running
+        # its per-item fields over every token id would cost more than building the group.
+        return Response({"status": result.status, "groups": result.groups, "counts": result.counts})
+
+    @extend_schema(
+        request=RolloutAckSerializer,
+        responses={
+            200: RolloutAckResultSerializer,
+            404: OpenApiResponse(description="no lease of this request has that token"),
+            409: OpenApiResponse(
+                description="the lease expired or was superseded; the group is delivered again"
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def ack(self, request: Request, pk: str) -> Response:
+        """Acknowledge one pulled group by its lease token; acking it again is fine."""
+        rollout_request = self.get_object()
+        form = RolloutAckSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            acked = rollout_service.rollout_group_ack(
+                request=rollout_request, token=form.validated_data["lease"]
+            )
+        except rollout_service.LeaseUnknown as exc:
+            raise LeaseNotFound(str(exc)) from None
+        except rollout_service.LeaseExpired as exc:
+            raise LeaseConflict(str(exc)) from None
+        return Response(RolloutAckResultSerializer(asdict(acked)).data)
+
+    @extend_schema(request=None, responses={200: RolloutRequestSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        """Stop the request: its episodes are cancelled and nothing more is delivered."""
+        rollout_request = self.get_object()
+        rollout_service.rollout_request_cancel(request=rollout_request)
+        return Response(
+            RolloutRequestSerializer(self.get_queryset().get(pk=rollout_request.pk)).data
+        )

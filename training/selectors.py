@@ -6,9 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 
-from training.models import PolicyVersion, RLJob, RLStep, SFTExport, SFTJob
+from training.models import (
+    DeliveryState,
+    PolicyVersion,
+    RLJob,
+    RLStep,
+    RolloutDelivery,
+    RolloutRequest,
+    SFTExport,
+    SFTJob,
+)
 from trajectories.models import RolloutBatch, RolloutGroup
 
 JOBS_PER_PAGE = 25
@@ -162,3 +171,25 @@ def export_launch_defaults(export: SFTExport) -> dict[str, int]:
         if len(found) == 1:
             defaults[key] = found[0]
     return defaults
+
+
+def rollout_request_counts(*, request_id: int) -> dict[str, int]:
+    """A rollout request's groups by delivery state, every state present (0 when none)."""
+    rows = (
+        RolloutDelivery.objects.filter(request_id=request_id)
+        .values_list("state")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    counts = dict.fromkeys(DeliveryState.values, 0)
+    counts.update({state: n for state, n in rows})
+    return counts
+
+
+def rollout_requests_queryset() -> QuerySet[RolloutRequest]:
+    """Rollout requests with their groups counted by state (`n_<state>`), in one query."""
+    counts = {
+        f"n_{state}": Count("deliveries", filter=Q(deliveries__state=state))
+        for state in DeliveryState.values
+    }
+    return RolloutRequest.objects.annotate(**counts).order_by("-pk")

@@ -4,26 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE, STRATEGIES, STRATEGY_ALIASES
 from harness_app.models import Benchmark, PolicyConfig
 from harness_app.serializers import RowIdField
 from training.models import (
+    DeliveryState,
     ExportFormat,
     ExportStatus,
     PolicyVersion,
     RLAlgorithm,
     RLJob,
     RLStep,
+    RolloutRequest,
+    RolloutRequestStatus,
     SFTExport,
     SFTJob,
 )
+from training.selectors import rollout_request_counts
+from training.services import rollout_service as svc
 from training.services.rl_job_settings import PRESETS, RLJobSettings
 from training.services.sft_job_settings import SFTJobSettings
 from trajectories.models import TerminationPolicy
 
 RL_DEFAULTS = RLJobSettings()
+# The longest a pull may wait for a group: it holds a web worker meanwhile.
+MAX_PULL_WAIT_S = 20.0
 RECONSTRUCTION_NAMES = (*STRATEGIES, *STRATEGY_ALIASES)
 
 
@@ -342,3 +350,172 @@ class SFTJobDetailSerializer(SFTJobSerializer):
     class Meta(SFTJobSerializer.Meta):
         fields = [*SFTJobSerializer.Meta.fields, "manifest", "history", "output_dir"]
         read_only_fields = fields
+
+
+# --- the rollout service ---------------------------------------------------------------------
+
+
+class RolloutRequestCreateSerializer(serializers.Serializer[Any]):
+    """Types only: ranges and the query selection are checked by
+    rollout_service.rollout_request_create, which names what it refuses."""
+
+    benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
+    policy = serializers.PrimaryKeyRelatedField(
+        queryset=PolicyConfig.objects.all(),
+        help_text="the policy config to sample from (a served adapter is one: an RL policy "
+        "version's or an SFT job's)",
+    )
+    policy_version = serializers.IntegerField(
+        default=0, help_text="the trainer's number for this policy; staleness counts from it"
+    )
+    group_size = serializers.IntegerField(
+        help_text=f"episodes per group, 2 to {svc.MAX_GROUP_SIZE}"
+    )
+    groups_wanted = serializers.IntegerField(help_text="groups the trainer will acknowledge")
+    over_sample = serializers.FloatField(
+        default=1.0,
+        help_text=f"launch ceil(groups_wanted x this) groups, {svc.MIN_OVER_SAMPLE} to "
+        f"{svc.MAX_OVER_SAMPLE}; the extra ones are cancelled once enough are delivered",
+    )
+    staleness_bound = serializers.IntegerField(
+        default=0,
+        help_text="a group sampled more than this many versions behind the version a "
+        "trainer pulls with is dropped as stale",
+    )
+    lease_s = serializers.IntegerField(
+        default=300, help_text="seconds a pulled group waits for its ack before redelivery"
+    )
+    sampling = serializers.DictField(
+        default=dict, help_text="overrides of the policy's sampling (temperature, top_p, ...)"
+    )
+    query_ids = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="the queries (pks of the benchmark) to draw groups from, in order; "
+        "default: the benchmark's, in order",
+    )
+    max_turns = serializers.IntegerField(default=40)
+    normalize_std = serializers.BooleanField(
+        default=False, help_text="divide advantages by the group's reward std (GRPO)"
+    )
+    reconstruction = serializers.ChoiceField(choices=list(STRATEGIES), default=PREFIX_MERGE)
+
+
+class RolloutCountsSerializer(serializers.Serializer[Any]):
+    playing = serializers.IntegerField()
+    ready = serializers.IntegerField()
+    leased = serializers.IntegerField()
+    acked = serializers.IntegerField()
+    zero_variance = serializers.IntegerField()
+    stale = serializers.IntegerField()
+    straggler = serializers.IntegerField()
+    failed = serializers.IntegerField()
+
+
+class RolloutRequestSerializer(serializers.ModelSerializer[RolloutRequest]):
+    counts = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RolloutRequest
+        fields = [
+            "id",
+            "status",
+            "benchmark",
+            "policy",
+            "policy_version",
+            "batch",
+            "group_size",
+            "groups_wanted",
+            "over_sample",
+            "groups_launched",
+            "staleness_bound",
+            "lease_s",
+            "sampling",
+            "normalize_std",
+            "reconstruction",
+            "counts",
+            "created_at",
+            "finished_at",
+        ]
+
+    @extend_schema_field(RolloutCountsSerializer)
+    def get_counts(self, request: RolloutRequest) -> dict[str, int]:
+        # The list's queryset annotates the counts (rollout_requests_queryset); a request
+        # fresh from a service does not carry them.
+        if hasattr(request, "n_playing"):
+            return {state: getattr(request, f"n_{state}") for state in DeliveryState.values}
+        return rollout_request_counts(request_id=request.pk)
+
+
+class RolloutPullSerializer(serializers.Serializer[Any]):
+    policy_version = serializers.IntegerField(
+        help_text="the trainer's current policy version (for the staleness bound)"
+    )
+    max_groups = serializers.IntegerField(default=1, help_text=f"1 to {svc.MAX_PULL}")
+    consumer = serializers.CharField(
+        default="", allow_blank=True, max_length=200, help_text="a name for logs and the admin"
+    )
+    wait_s = serializers.FloatField(
+        default=0.0,
+        min_value=0.0,
+        max_value=MAX_PULL_WAIT_S,
+        help_text="wait up to this long for a group when none is ready (long polling)",
+    )
+
+
+class RolloutSampleSerializer(serializers.Serializer[Any]):
+    """One token-faithful sequence (training/rl/batches.py TrainSequence)."""
+
+    sample_id = serializers.CharField()
+    group_id = serializers.IntegerField()
+    episode_id = serializers.IntegerField()
+    segment_idx = serializers.IntegerField()
+    policy_version = serializers.CharField(help_text="the model name the calls were sampled from")
+    prompt_ids = serializers.ListField(child=serializers.IntegerField())
+    response_ids = serializers.ListField(child=serializers.IntegerField())
+    loss_mask = serializers.ListField(
+        child=serializers.IntegerField(), help_text="1 on sampled tokens, aligned with response_ids"
+    )
+    rollout_logprobs = serializers.ListField(child=serializers.FloatField())
+    reward = serializers.FloatField()
+    advantage = serializers.FloatField()
+    termination_reason = serializers.CharField()
+
+
+class RolloutEpisodeSerializer(serializers.Serializer[Any]):
+    episode_id = serializers.IntegerField()
+    reward = serializers.FloatField(allow_null=True)
+    advantage = serializers.FloatField(allow_null=True)
+    excluded = serializers.CharField(help_text="why it has no samples; empty when it has")
+
+
+class RolloutGroupSerializer(serializers.Serializer[Any]):
+    delivery = serializers.IntegerField()
+    lease = serializers.UUIDField(help_text="acknowledge the group with this")
+    lease_expires_at = serializers.DateTimeField()
+    group = serializers.IntegerField()
+    query = serializers.CharField(help_text="the query's id in its benchmark")
+    policy_version = serializers.IntegerField()
+    times_delivered = serializers.IntegerField(help_text="above 1: a redelivery")
+    rewards = serializers.ListField(child=serializers.FloatField())
+    advantages = serializers.ListField(child=serializers.FloatField())
+    episodes = RolloutEpisodeSerializer(many=True)
+    samples = RolloutSampleSerializer(many=True)
+
+
+class RolloutPullResultSerializer(serializers.Serializer[Any]):
+    status = serializers.ChoiceField(choices=RolloutRequestStatus.choices)
+    groups = RolloutGroupSerializer(many=True)
+    counts = RolloutCountsSerializer()
+
+
+class RolloutAckSerializer(serializers.Serializer[Any]):
+    lease = serializers.CharField(help_text="the lease token of a pulled group")
+
+
+class RolloutAckResultSerializer(serializers.Serializer[Any]):
+    delivery = serializers.IntegerField()
+    already_acked = serializers.BooleanField()
+    status = serializers.ChoiceField(choices=RolloutRequestStatus.choices)

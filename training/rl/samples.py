@@ -12,6 +12,8 @@ termination reason rather than scored as a bad trajectory.
 
 from __future__ import annotations
 
+from django.db.models import Q
+
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE, CallTokens, strategy_clean
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild, EpisodeCalls, Exclusion, batch_build
@@ -26,8 +28,8 @@ from trajectories.models import (
 from trajectories.selectors.calls import call_tokens_by_episode
 
 
-def _calls_by_episode(batch_id: int) -> dict[int, list[CallTokens]]:
-    calls = ModelCall.objects.filter(episode__batch_id=batch_id, error="")
+def _calls_by_episode(episodes: Q) -> dict[int, list[CallTokens]]:
+    calls = ModelCall.objects.filter(episodes, error="")
     return call_tokens_by_episode(calls.order_by("episode_id", "pk"))
 
 
@@ -39,14 +41,10 @@ def _candidate_problem(status: str, reason: str, reward: float | None) -> str:
     return ""
 
 
-def rl_episodes_for_batch(
-    *, batch: RolloutBatch | int
-) -> tuple[list[EpisodeCalls], list[Exclusion]]:
-    """The batch's candidate episodes with their calls, and the non-candidates with why."""
-    batch_id = batch if isinstance(batch, int) else batch.pk
-    calls = _calls_by_episode(batch_id)
+def _rollout_episodes(episodes: Q, calls_of: Q) -> tuple[list[EpisodeCalls], list[Exclusion]]:
+    calls = _calls_by_episode(calls_of)
     rows = (
-        Episode.objects.filter(batch_id=batch_id)
+        Episode.objects.filter(episodes)
         .order_by("group_id", "sample_index")
         .values_list("pk", "group_id", "status", "termination_reason", "reward")
     )
@@ -60,6 +58,19 @@ def rl_episodes_for_batch(
         assert reward is not None  # checked by _candidate_problem
         candidates.append(EpisodeCalls(pk, group_id, reward, reason, calls.get(pk, [])))
     return candidates, excluded
+
+
+def rl_episodes_for_batch(
+    *, batch: RolloutBatch | int
+) -> tuple[list[EpisodeCalls], list[Exclusion]]:
+    """The batch's candidate episodes with their calls, and the non-candidates with why."""
+    batch_id = batch if isinstance(batch, int) else batch.pk
+    return _rollout_episodes(Q(batch_id=batch_id), Q(episode__batch_id=batch_id))
+
+
+def rl_episodes_for_groups(*, group_ids: list[int]) -> tuple[list[EpisodeCalls], list[Exclusion]]:
+    """The same for some rollout groups (the rollout service delivers group by group)."""
+    return _rollout_episodes(Q(group_id__in=group_ids), Q(episode__group_id__in=group_ids))
 
 
 def rl_samples_for_batch(

@@ -22,33 +22,29 @@ from django.utils import timezone
 from harness_app import queues
 from harness_app.harness import jsondelta
 from harness_app.harness.ablation import Ablation
-from harness_app.harness.graph import EvidenceGraph
 from harness_app.harness.llm.client import ModelCallRecord
 from harness_app.harness.metrics import EpisodeMetrics
 from harness_app.harness.reward import RewardBreakdown, RewardWeights
 from harness_app.harness.runner import TurnRecord
 from harness_app.harness.state import HarnessState, HarnessStateJson
-from harness_app.models import Benchmark, Document, PolicyConfig, PolicyKind, VerifierKind
+from harness_app.models import Benchmark, PolicyConfig, PolicyKind, VerifierKind
 from trajectories.models import (
     FAILED_REASONS,
     FINISHED_EPISODE,
     BatchStatus,
-    CuratedItem,
     Episode,
     EpisodeKind,
     EpisodeStatus,
-    EvidenceEdge,
-    EvidenceNode,
     ModelCall,
     RolloutBatch,
     RolloutGroup,
     TerminationPolicy,
     Turn,
-    Verification,
     VerifierCall,
     pack_floats,
     pack_ints,
 )
+from trajectories.services.final_states import final_state_record
 from trajectories.teacher_rule import (
     TeacherRuleError,
     teacher_rule_clean,
@@ -246,6 +242,22 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
     if batch.evaluation_id is not None:
         _evaluation_batch_finished(batch.evaluation_id)
     return cancelled
+
+
+@transaction.atomic
+def groups_cancel(*, group_ids: Sequence[int]) -> int:
+    """Cancel the pending episodes of some groups (the rollout service's stragglers); a
+    running episode plays on. Returns how many were cancelled."""
+    pending = Episode.objects.select_for_update(skip_locked=True).filter(
+        group_id__in=list(group_ids), status=EpisodeStatus.PENDING
+    )
+    rows = list(pending.values_list("pk", "batch_id"))
+    Episode.objects.filter(pk__in=[pk for pk, _ in rows]).update(
+        status=EpisodeStatus.CANCELLED, termination_reason="cancelled", finished_at=timezone.now()
+    )
+    for batch_id in {b for _, b in rows if b is not None}:
+        _batch_progress(batch_id=batch_id, ok=False, count=sum(b == batch_id for _, b in rows))
+    return len(rows)
 
 
 def stale_after() -> timedelta:
@@ -473,9 +485,9 @@ def _metric_columns(metrics: EpisodeMetrics | None) -> dict[str, Any]:
     }
 
 
-def _batch_progress(*, batch_id: int, ok: bool) -> None:
+def _batch_progress(*, batch_id: int, ok: bool, count: int = 1) -> None:
     field = "episodes_completed" if ok else "episodes_failed"
-    RolloutBatch.objects.filter(pk=batch_id).update(**{field: F(field) + 1})
+    RolloutBatch.objects.filter(pk=batch_id).update(**{field: F(field) + count})
     done = Q(episodes_completed__gt=0) | Q(episodes_failed__gt=0)
     finished = RolloutBatch.objects.filter(
         done,
@@ -496,78 +508,6 @@ def _evaluation_batch_finished(evaluation_id: int) -> None:
     from trajectories.services.evaluations import evaluation_batch_finished
 
     evaluation_batch_finished(evaluation_id=evaluation_id)
-
-
-def final_state_record(*, episode: Episode, state: HarnessState) -> None:
-    """Curated items, the evidence graph (documents and bridge entities) and verifications."""
-    batch = episode.batch
-    assert batch is not None  # final states are the harness's: rollouts only
-    corpus_id = batch.benchmark.corpus_id
-    wanted = set(state.curated) | set(state.graph.docs) | {v.doc_id for v in state.verifications}
-    docs = dict(
-        Document.objects.filter(corpus_id=corpus_id, external_id__in=wanted).values_list(
-            "external_id", "pk"
-        )
-    )
-    CuratedItem.objects.bulk_create(
-        CuratedItem(
-            episode=episode, document_id=docs[i], tag=item.importance, added_turn=item.added_turn
-        )
-        for i, item in state.curated.items()
-        if i in docs
-    )
-    Verification.objects.bulk_create(
-        Verification(
-            episode=episode,
-            document_id=docs[v.doc_id],
-            claim=v.claim,
-            verdict=v.verdict,
-            score=v.score,
-            evidence=list(v.evidence),
-            turn_index=v.turn,
-        )
-        for v in state.verifications
-        if v.doc_id in docs
-    )
-    _graph_record(episode=episode, graph=state.graph)
-
-
-def _graph_record(*, episode: Episode, graph: EvidenceGraph) -> None:
-    # Only bridge entities are stored as rows: they are what connects documents, and
-    # non-bridge entities stay in each turn's state snapshot.
-    bridges = [graph.entities[k] for k in graph.bridges]
-    nodes = EvidenceNode.objects.bulk_create(
-        [
-            EvidenceNode(
-                episode=episode,
-                kind=EvidenceNode.Kind.DOCUMENT,
-                key=d.doc_id[:300],
-                label=d.title[:300],
-            )
-            for d in graph.docs.values()
-        ]
-        + [
-            EvidenceNode(
-                episode=episode,
-                kind=EvidenceNode.Kind.ENTITY,
-                key=e.key[:300],
-                label=e.label[:300],
-                is_bridge=True,
-            )
-            for e in bridges
-        ]
-    )
-    by_key = {(n.kind, n.key): n for n in nodes}
-    EvidenceEdge.objects.bulk_create(
-        EvidenceEdge(
-            episode=episode,
-            source=by_key[(EvidenceNode.Kind.DOCUMENT, doc_id[:300])],
-            target=by_key[(EvidenceNode.Kind.ENTITY, e.key[:300])],
-        )
-        for e in bridges
-        for doc_id in e.doc_ids
-        if (EvidenceNode.Kind.DOCUMENT, doc_id[:300]) in by_key
-    )
 
 
 def episodes_recover_stale() -> int:
