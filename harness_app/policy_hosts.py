@@ -9,6 +9,10 @@ a port (`vllm:8000`) allows that port only; `*` allows any host.
 Checked where a config is written (the model field's validator, so the API and the
 forms say which field is wrong) and again where one is used, for rows written before
 the setting changed.
+
+A policy whose base URL is one of the local vLLM's replicas (VLLM_BASE_URLS; an empty base
+URL means the first) is routed over all of them (`model_server_pool`); any other URL is
+called as it is.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+
+from harness_app.harness.llm.upstreams import UpstreamPool, replicas_for, shared_pool
 
 
 class PolicyHostError(ValueError):
@@ -68,3 +74,18 @@ def policy_base_url(config: _HasBaseUrl) -> str:
     if refusal:
         raise PolicyHostError(f"policy config {config.pk}: {refusal}")
     return config.base_url or settings.VLLM_BASE_URL
+
+
+def model_server_urls(base_url: str) -> list[str]:
+    """Every replica when `base_url` is one of VLLM_BASE_URLS, else `base_url` alone: where
+    calls for it may go and where an adapter for it must be served."""
+    return replicas_for(base_url or settings.VLLM_BASE_URL, settings.VLLM_BASE_URLS)
+
+
+def model_server_pool(base_url: str, *, api_key: str = "") -> UpstreamPool:
+    """This process's pool over `model_server_urls(base_url)`."""
+    return shared_pool(
+        model_server_urls(base_url),
+        api_key=api_key,
+        cooldown_s=settings.VLLM_REPLICA_COOLDOWN_S,
+    )
