@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
+from harness_app.roles import Role
 from tests import factories
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.training_rl.jobs import job_create, rollouts_finish, step_batch
+from tests.training_rl.test_rl_job_pages import _launch_data
 from training import selectors
 from training.models import PolicyVersion, RLJob, RLJobStatus, RLMode, RLStepStatus
 from training.rl.publish import PublishError, adapters_serve
@@ -142,6 +144,20 @@ def test_an_unknown_mode_is_refused_naming_the_field(llm_policy, weights_dir):
     with pytest.raises(RLJobError, match=r"mode 'later' is not one of \['sync', 'async'\]"):
         job_create(factories.demo_benchmark(), llm_policy, weights_dir, mode="later")
     assert not RLJob.objects.exists()
+
+
+def test_the_api_and_the_form_launch_an_async_job(researcher_client, llm_policy, weights_dir):
+    api = factories.client_for(factories.user("rae", Role.RESEARCHER))
+    data = _launch_data(llm_policy, weights_dir, mode="async")
+    response = api.post("/api/rl-jobs/", {**data, "reward_weights": {}}, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["mode"] == "async"
+    response = api.post("/api/rl-jobs/", {**data, "reward_weights": {}, "mode": "x"}, format="json")
+    assert response.status_code == 400 and "mode" in response.json()
+
+    assert 'name="mode"' in researcher_client.get("/training/rl/new/").content.decode()
+    assert researcher_client.post("/training/rl/new/", data).status_code == 302
+    assert RLJob.objects.order_by("-pk").first().mode == RLMode.ASYNC
 
 
 # --- replicas ----------------------------------------------------------------------------------
