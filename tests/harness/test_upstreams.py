@@ -18,6 +18,7 @@ from harness_app.harness.llm.upstreams import (
     replicas_for,
 )
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.vllm import VLLM_URL, base_model, needs_vllm
 
 
 class Clock:
@@ -178,3 +179,15 @@ def test_only_a_replicas_url_is_routed_over_all_of_them():
     assert replica_urls_parse(" http://a:1/v1/ ,http://b:1/v1", name="X") == replicas
     assert replicas_for("http://b:1/v1/", replicas) == replicas
     assert replicas_for("http://own:1/v1", replicas) == ["http://own:1/v1"]
+
+
+@needs_vllm
+def test_the_real_server_takes_the_calls_of_a_dead_replica():
+    pool = UpstreamPool(["http://127.0.0.1:9/v1", VLLM_URL.rstrip("/")])
+    client = ChatClient(VLLM_URL, base_model(), upstreams=pool)
+    with pytest.raises(ModelCallError, match="model_unreachable"):
+        client.tokenize_chat([{"role": "user", "content": "hi"}])
+    ids = client.tokenize_chat([{"role": "user", "content": "hi"}])
+    record = client.complete(client.build_completion_request(ids, Sampling(max_tokens=4)))
+    assert record.prompt_token_ids == ids and record.completion_token_ids
+    assert [s.up for s in pool.status()] == [False, True]
