@@ -63,6 +63,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_urls(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list of http(s) base URLs; the error names the bad entry."""
+    from harness_app.harness.llm.upstreams import replica_urls_parse
+
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return replica_urls_parse(raw, name=name)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+
+
 def env_path(name: str, default: Path) -> Path:
     raw = os.environ.get(name)
     return Path(raw).expanduser().resolve() if raw else default

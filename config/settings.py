@@ -13,7 +13,16 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_float, env_int, env_list, env_path, env_str, parse_database_url
+from config.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_path,
+    env_str,
+    env_urls,
+    parse_database_url,
+)
 from harness_app import queues
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -196,10 +205,19 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # Where `make llm` serves SmolLM2; vLLM's own default, 8000, is the web server's port.
 VLLM_BASE_URL = env_str("VLLM_BASE_URL", "http://127.0.0.1:8011/v1")
+# Replicas of that server (docs/operations.md, "Several vLLM replicas"): calls are routed
+# to the least busy, adapters are published to all. VLLM_BASE_URL is then the first.
+VLLM_BASE_URLS = env_urls("VLLM_BASE_URLS", [VLLM_BASE_URL.rstrip("/")])
+VLLM_BASE_URL = VLLM_BASE_URLS[0]
+# How long a replica that failed a call is left out before it is probed again.
+VLLM_REPLICA_COOLDOWN_S = env_float("VLLM_REPLICA_COOLDOWN_S", 10.0)
 # The hosts a policy config's base URL may name (harness_app/policy_hosts.py); "*": any.
 POLICY_ALLOWED_HOSTS = env_list(
     "POLICY_ALLOWED_HOSTS",
-    sorted({urlsplit(VLLM_BASE_URL).hostname or "127.0.0.1", "localhost", "127.0.0.1"}),
+    sorted(
+        {urlsplit(url).hostname or "127.0.0.1" for url in VLLM_BASE_URLS}
+        | {"localhost", "127.0.0.1"}
+    ),
 )
 # The key vLLM was started with (--api-key), sent as a bearer token to VLLM_BASE_URL only:
 # a policy that names a server of its own never receives it.
@@ -253,6 +271,13 @@ VLLM_RETRIES = env_int("VLLM_RETRIES", 3)
 # The recording proxy (docs/proxy.md). Its upstream comes from here only, never from a
 # request, so a session key cannot turn the server into an open relay.
 PROXY_UPSTREAM_URL = env_str("PROXY_UPSTREAM_URL", VLLM_BASE_URL).rstrip("/")
+# Several upstreams: PROXY_UPSTREAM_URLS, else the vLLM replicas unless PROXY_UPSTREAM_URL
+# names a server of its own. Calls go to the least busy; a stream stays on one.
+PROXY_UPSTREAM_URLS = env_urls(
+    "PROXY_UPSTREAM_URLS",
+    VLLM_BASE_URLS if PROXY_UPSTREAM_URL in VLLM_BASE_URLS else [PROXY_UPSTREAM_URL],
+)
+PROXY_UPSTREAM_URL = PROXY_UPSTREAM_URLS[0]
 PROXY_UPSTREAM_API_KEY = env_str("PROXY_UPSTREAM_API_KEY", VLLM_API_KEY)
 PROXY_TIMEOUT_S = env_int("PROXY_TIMEOUT_S", 600)
 # How long a proxy process trusts a session it found open, sparing each call the lookup; a

@@ -10,6 +10,10 @@ Checked where a config is written (the model field's validator, so the API and t
 forms say which field is wrong) and again where one is used, for rows written before
 the setting changed. The same rule holds for the harness's services a config names (the
 LLM verifier's and the reranker's URLs).
+
+A policy whose base URL is one of the local vLLM's replicas (VLLM_BASE_URLS; an empty base
+URL means the first) is routed over all of them (`model_server_pool`); any other URL is
+called as it is.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+
+from harness_app.harness.llm.upstreams import UpstreamPool, replicas_for, shared_pool
 
 
 class PolicyHostError(ValueError):
@@ -79,3 +85,18 @@ def service_base_url(config: Any, field: str) -> str:
     if refusal:
         raise PolicyHostError(f"policy config {config.pk}, {field}: {refusal}")
     return url or settings.VLLM_BASE_URL
+
+
+def model_server_urls(base_url: str) -> list[str]:
+    """Every replica when `base_url` is one of VLLM_BASE_URLS, else `base_url` alone: where
+    calls for it may go and where an adapter for it must be served."""
+    return replicas_for(base_url or settings.VLLM_BASE_URL, settings.VLLM_BASE_URLS)
+
+
+def model_server_pool(base_url: str, *, api_key: str = "") -> UpstreamPool:
+    """This process's pool over `model_server_urls(base_url)`."""
+    return shared_pool(
+        model_server_urls(base_url),
+        api_key=api_key,
+        cooldown_s=settings.VLLM_REPLICA_COOLDOWN_S,
+    )

@@ -16,6 +16,7 @@ from training.models import (
     ExportStatus,
     Reconstruction,
     RLAlgorithm,
+    RLMode,
     SFTExport,
     SFTJob,
     SFTJobStatus,
@@ -197,6 +198,14 @@ class RLJobLaunchForm(forms.Form):
         label="Termination policy",
         help_text="What ends a rollout besides end_search and the turn limit.",
     )
+    mode = forms.ChoiceField(
+        required=False,
+        choices=RLMode.choices,
+        initial=DEFAULTS.mode,
+        help_text="Async overlaps a step's training with the next step's rollouts, which "
+        "then sample from the version before (at most one version stale).",
+        label="Mode",
+    )
     reward_weights = forms.JSONField(
         required=False,
         initial=dict,
@@ -206,6 +215,9 @@ class RLJobLaunchForm(forms.Form):
         ),
         label="Reward weights",
     )
+
+    def clean_mode(self) -> str:
+        return str(self.cleaned_data.get("mode") or DEFAULTS.mode)
 
     def clean_reconstruction(self) -> str:
         return str(self.cleaned_data.get("reconstruction") or DEFAULTS.reconstruction)

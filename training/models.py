@@ -214,6 +214,11 @@ class RLAlgorithm(models.TextChoices):
     GRPO = "grpo", "GRPO (clipped ratio)"
 
 
+class RLMode(models.TextChoices):
+    SYNC = "sync", "Sync: each step samples from the newest version"
+    ASYNC = "async", "Async: a step's rollouts run while the previous step trains"
+
+
 class RLStepStatus(models.TextChoices):
     ROLLOUT = "rollout", "Sampling rollouts"
     TRAINING = "training", "Training"
@@ -279,6 +284,12 @@ class RLJob(models.Model):
         choices=Reconstruction.choices,
         default=Reconstruction.PREFIX_MERGE,
         help_text="how model calls become sequences: one per chain, or one per call",
+    )
+    mode = models.CharField(
+        max_length=10,
+        choices=RLMode.choices,
+        default=RLMode.SYNC,
+        help_text="async: step n+1 samples from the previous version while step n trains",
     )
     warm_start = models.ForeignKey(
         SFTJob,

@@ -3,6 +3,7 @@ curves, an SFT job's lineage; and the SFT export pages."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.paginator import Page, Paginator
@@ -18,6 +19,7 @@ from training.models import (
     SFTExport,
     SFTJob,
 )
+from training.rl.overlap import IdleFractions, StepSpan, idle_fractions, overlap_seconds
 from trajectories.models import RolloutBatch, RolloutGroup
 
 JOBS_PER_PAGE = 25
@@ -86,6 +88,31 @@ def _number(value: Any) -> float | None:
 
 
 # --- SFT jobs --------------------------------------------------------------------------------
+
+
+_SPAN_KEYS = ("rollout_start", "rollout_end", "train_start", "train_end")
+
+
+def step_span(step: RLStep) -> StepSpan | None:
+    """When the step's rollouts and training ran (seconds since the epoch, in its timings);
+    None for a step not yet trained, or recorded before the spans were."""
+    timings = step.timings or {}
+    values = [timings.get(key) for key in _SPAN_KEYS]
+    if not all(isinstance(v, int | float) for v in values):
+        return None
+    return StepSpan(*(float(v) for v in values))  # type: ignore[arg-type]
+
+
+def job_step_timing(steps: Iterable[RLStep]) -> tuple[dict[int, float], IdleFractions | None]:
+    """Per step index, how long its training overlapped the next step's rollouts; and the
+    job's rollout-idle and trainer-idle fractions over its trained steps."""
+    spans = {step.index: span for step in steps if (span := step_span(step)) is not None}
+    overlaps = {
+        index: overlap_seconds(span, spans[index + 1])
+        for index, span in spans.items()
+        if index + 1 in spans
+    }
+    return overlaps, idle_fractions([spans[i] for i in sorted(spans)])
 
 
 def sft_jobs_queryset() -> QuerySet[SFTJob]:

@@ -164,6 +164,10 @@ class RLJobCreateSerializer(serializers.Serializer[Any]):
         default=RL_DEFAULTS.reconstruction,
         help_text="model calls as one sequence per chain (prefix_merge) or per call (per_request)",
     )
+    mode = serializers.CharField(
+        default=RL_DEFAULTS.mode,
+        help_text="sync, or async: step n+1's rollouts run while step n trains",
+    )
 
 
 class PolicyVersionSerializer(serializers.ModelSerializer[PolicyVersion]):
@@ -236,6 +240,7 @@ class RLJobSerializer(serializers.ModelSerializer[RLJob]):
             "max_sequence_tokens",
             "gradient_checkpointing",
             "reconstruction",
+            "mode",
             "error",
             "created_by",
             "created_at",

@@ -73,9 +73,11 @@ def _launch(request: HttpRequest, form: RLJobLaunchForm) -> RLJob | None:
 def rl_job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = _job_or_404(pk)
     steps = selectors.rl_job_steps(job=job)
+    overlaps, idle = selectors.job_step_timing(steps)
     context = {
         "job": job,
-        "steps": steps,
+        "steps": [(step, overlaps.get(step.index)) for step in steps],
+        "idle": idle,
         "versions": selectors.rl_job_versions(job=job),
         "curves": selectors.rl_job_curves(steps),
     }

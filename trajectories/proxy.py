@@ -1,7 +1,8 @@
 """The recording proxy: /proxy/<session key>/v1/chat/completions and /v1/models.
 
 An outside agent points its OpenAI client at the session's base_url. Each chat call is
-forwarded to the one upstream in settings (PROXY_UPSTREAM_URL): nothing in the request
+forwarded to an upstream in settings (PROXY_UPSTREAM_URL, or the least busy of the
+PROXY_UPSTREAM_URLS replicas; a stream stays on one): nothing in the request
 (path, query, headers, body) can name another host, and none of the caller's headers is
 forwarded. The request gains `return_token_ids` and `logprobs`; the answer loses them
 again unless the caller asked (harness_app/harness/llm/proxy_protocol.py), and is
@@ -14,14 +15,12 @@ The key in the path is the credential, so these views need no login and no CSRF 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 import urllib3
-from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -47,6 +46,15 @@ from harness_app.harness.llm.sampling_overrides import sampling_overrides_parse
 from trajectories.models import RecordingSession
 from trajectories.proxy_dialects import CHAT, MESSAGES, RESPONSES, Dialect, StreamTranslator
 from trajectories.proxy_limits import OverLimit, ReleasedAtClose, Slot, key_limits
+from trajectories.proxy_upstream import (
+    UpstreamError,
+    released,
+    upstream_context_len,
+    upstream_headers,
+    upstream_lease,
+    upstream_pool,
+    upstream_timeout,
+)
 from trajectories.services.recording import (
     RecordedCall,
     SessionKeyError,
@@ -55,70 +63,6 @@ from trajectories.services.recording import (
 )
 
 log = logging.getLogger(__name__)
-_pool_lock = threading.Lock()
-_pool: urllib3.PoolManager | None = None
-# What a failed upstream call can raise: urllib3's own errors, and socket errors that
-# escape it while a stream is being read.
-UpstreamError = (urllib3.exceptions.HTTPError, OSError)
-
-
-def upstream_pool() -> urllib3.PoolManager:
-    """One connection pool per process, kept alive between calls.
-
-    urllib3 rather than httpx on this path: a call with 8,000 prompt ids costs 0.2-0.6 ms
-    less (docs/proxy.md), and every microsecond here is added to the agent's wait. No
-    retries (a retried chat call would sample twice) and no proxy variables (they could
-    redirect the upstream).
-    """
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = urllib3.PoolManager(maxsize=64, retries=False)
-        return _pool
-
-
-_context_lock = threading.Lock()
-_context: dict[str, tuple[float, int | None]] = {}  # upstream URL → (asked at, length)
-CONTEXT_LEN_TTL_S = 300.0
-
-
-def upstream_context_len() -> int | None:
-    """The upstream's context length (vLLM's max_model_len in /v1/models), for the clamp.
-
-    Asked only when a call wants more tokens than its session's own ceiling allows, then
-    kept five minutes; None when the upstream does not say.
-    """
-    url = settings.PROXY_UPSTREAM_URL
-    with _context_lock:
-        asked_at, length = _context.get(url, (-CONTEXT_LEN_TTL_S, None))
-        if time.monotonic() - asked_at < CONTEXT_LEN_TTL_S:
-            return length
-        try:
-            answer = upstream_pool().request(
-                "GET", f"{url}/models", headers=_upstream_headers(), timeout=_timeout()
-            )
-            models = orjson.loads(answer.data).get("data") or []
-            lengths = [
-                m["max_model_len"] for m in models if isinstance(m.get("max_model_len"), int)
-            ]
-            length = min(lengths) if lengths else None
-        except (*UpstreamError, ValueError, AttributeError, TypeError):
-            length = None
-        _context[url] = (time.monotonic(), length)
-        return length
-
-
-def _upstream_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
-    # The proxy's own credential for the upstream, if any; never the caller's headers.
-    sent = dict(headers or {})
-    if settings.PROXY_UPSTREAM_API_KEY:
-        sent["authorization"] = f"Bearer {settings.PROXY_UPSTREAM_API_KEY}"
-    return sent
-
-
-def _timeout() -> urllib3.Timeout:
-    # Read per call, so a changed PROXY_TIMEOUT_S applies without a new pool.
-    return urllib3.Timeout(connect=10.0, read=settings.PROXY_TIMEOUT_S)
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JsonResponse:
@@ -147,12 +91,11 @@ def proxy_models(request: HttpRequest, key: str) -> HttpResponse:
     if isinstance(session, JsonResponse):
         return session
     try:
-        upstream = upstream_pool().request(
-            "GET",
-            f"{settings.PROXY_UPSTREAM_URL}/models",
-            headers=_upstream_headers(),
-            timeout=_timeout(),
-        )
+        lease = upstream_lease()
+        with released(lease):
+            upstream = upstream_pool().request(
+                "GET", f"{lease.url}/models", headers=upstream_headers(), timeout=upstream_timeout()
+            )
     except UpstreamError as exc:
         return _error(502, f"the model server is unreachable: {exc}", "upstream_unreachable")
     return _passthrough(upstream.data, upstream)
@@ -212,15 +155,16 @@ def _count_tokens(request: HttpRequest, session: RecordingSession) -> HttpRespon
         param = exc.param if isinstance(exc, ProtocolError) else None
         return MESSAGES.error(400, f"not {MESSAGES.what}: {exc}", "invalid_request_error", param)
     asked = {k: chat[k] for k in ("model", "messages", "tools") if k in chat}
-    root = settings.PROXY_UPSTREAM_URL.removesuffix("/v1")
     try:
-        upstream = upstream_pool().request(
-            "POST",
-            f"{root}/tokenize",
-            body=orjson.dumps({**asked, "add_generation_prompt": True}),
-            headers=_upstream_headers({"content-type": "application/json"}),
-            timeout=_timeout(),
-        )
+        lease = upstream_lease()
+        with released(lease):
+            upstream = upstream_pool().request(
+                "POST",
+                f"{lease.url.removesuffix('/v1')}/tokenize",
+                body=orjson.dumps({**asked, "add_generation_prompt": True}),
+                headers=upstream_headers({"content-type": "application/json"}),
+                timeout=upstream_timeout(),
+            )
     except UpstreamError as exc:
         return MESSAGES.error(502, f"the model server is unreachable: {exc}", "api_error")
     if upstream.status != 200:
@@ -306,18 +250,34 @@ class _Call:
         self.recorded = False
 
     def _send(self, *, stream: bool) -> urllib3.BaseHTTPResponse:
+        """The call sent to a leased replica, which a whole call frees at once and a stream
+        when it is closed (`_closed`)."""
+        self.lease = upstream_lease()
+        try:
+            upstream = self._request(self.lease.url, stream=stream)
+        except UpstreamError as exc:
+            self.lease.fail(f"unreachable: {exc}")
+            self.lease.release()
+            raise
+        if upstream.status >= 500:
+            self.lease.fail(f"answered {upstream.status}")
+        if not stream:
+            self.lease.release()
+        return upstream
+
+    def _request(self, url: str, *, stream: bool) -> urllib3.BaseHTTPResponse:
         return upstream_pool().request(
             "POST",
-            f"{settings.PROXY_UPSTREAM_URL}/chat/completions",
+            f"{url}/chat/completions",
             body=orjson.dumps(self.forwarded),
-            headers=_upstream_headers(
+            headers=upstream_headers(
                 {
                     "content-type": "application/json",
                     "accept": "text/event-stream" if stream else "application/json",
                 }
             ),
             preload_content=not stream,
-            timeout=_timeout(),
+            timeout=upstream_timeout(),
         )
 
     def whole(self) -> HttpResponse:
@@ -357,18 +317,20 @@ class _Call:
         if upstream.status != 200:
             content = upstream.read()
             upstream.release_conn()
+            self.lease.release()
             self._record_refused(upstream.status, content.decode(errors="replace"))
             return self._refused(upstream.status, content, upstream)
         relay = self._relay(upstream, self.dialect.stream(self.caller))
         response = StreamingHttpResponse(
-            ReleasedAtClose(relay, self.slot, lambda: self._closed_unread(upstream)),
+            ReleasedAtClose(relay, self.slot, lambda: self._closed(upstream)),
             content_type=upstream.headers.get("content-type") or "text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # let nginx pass events on as they come
         return response
 
-    def _closed_unread(self, upstream: urllib3.BaseHTTPResponse) -> None:
+    def _closed(self, upstream: urllib3.BaseHTTPResponse) -> None:
+        self.lease.release()
         # The server closed the answer before reading any of it (the agent was gone):
         # the relay never ran, so its `finally` did not either.
         if not self.recorded:

@@ -36,7 +36,7 @@ from harness_app.harness.runner import iter_episode
 from harness_app.harness.state import HarnessStateJson
 from harness_app.harness.types import QuerySpec, Retriever
 from harness_app.models import ContextMode, PolicyConfig, PolicyKind, Query, VerifierKind
-from harness_app.policy_hosts import policy_base_url, service_base_url
+from harness_app.policy_hosts import model_server_pool, policy_base_url, service_base_url
 from trajectories.models import Episode, RolloutBatch
 from trajectories.services import rollouts
 from trajectories.services.verifier_calls import verifier_calls_record
@@ -61,7 +61,7 @@ def model_server_api_key(base_url: str) -> str:
     teacher server, "" for any other: a researcher's policy may name its own server, which
     must not receive our keys."""
     url = base_url.rstrip("/")
-    if url == settings.VLLM_BASE_URL.rstrip("/"):
+    if url == settings.VLLM_BASE_URL.rstrip("/") or url in settings.VLLM_BASE_URLS:
         return str(settings.VLLM_API_KEY)
     teacher = str(settings.TEACHER_BASE_URL).rstrip("/")
     if teacher and url == teacher:
@@ -91,13 +91,16 @@ def policy_build(
         # The baseline must only call tools this episode's ablation offers.
         return make_policy("baseline", tools=[t["function"]["name"] for t in tools])
     base_url = policy_base_url(config)
+    api_key = model_server_api_key(base_url)
     client = ChatClient(
         base_url,
         config.model,
         timeout_s=settings.VLLM_TIMEOUT_S,
-        api_key=model_server_api_key(base_url) or "EMPTY",
+        api_key=api_key or "EMPTY",
         policy_version=policy_version(config),
         capture_tokens=batch.capture_tokens,
+        # The local vLLM's replicas share the episode's calls (policy_hosts.py).
+        upstreams=model_server_pool(base_url, api_key=api_key),
     )
     chat_config = ChatPolicyConfig(
         system_prompt_version=config.system_prompt_version,

@@ -96,3 +96,38 @@ def test_embedded_defaults_need_no_server(tmp_path) -> None:
     )
     assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://"]
     assert (tmp_path / "broker" / "queue").is_dir()
+
+
+def _replica_settings(tmp_path, **env: str) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.VLLM_BASE_URL, ','.join(s.VLLM_BASE_URLS), ','.join(s.PROXY_UPSTREAM_URLS))"
+    )
+    names = {"VLLM_BASE_URL", "VLLM_BASE_URLS", "PROXY_UPSTREAM_URL", "PROXY_UPSTREAM_URLS"}
+    clean = {k: v for k, v in os.environ.items() if k not in names}
+    clean.update({"HARNESS_DATA_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings"})
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True
+    )
+
+
+def test_vllm_replicas_are_listed_and_the_first_is_the_base_url(tmp_path) -> None:
+    result = _replica_settings(tmp_path, VLLM_BASE_URLS="http://a:8000/v1/, http://b:8000/v1")
+    assert result.returncode == 0, result.stderr
+    first, replicas, proxied = result.stdout.split()
+    assert first == "http://a:8000/v1"
+    assert replicas == proxied == "http://a:8000/v1,http://b:8000/v1"
+    # A proxy upstream of its own is not one of the replicas: the proxy keeps to it.
+    result = _replica_settings(
+        tmp_path,
+        VLLM_BASE_URLS="http://a:8000/v1,http://b:8000/v1",
+        PROXY_UPSTREAM_URL="http://c/v1",
+    )
+    assert result.stdout.split()[2] == "http://c/v1"
+
+
+def test_a_bad_replica_url_stops_the_start_naming_it(tmp_path) -> None:
+    result = _replica_settings(tmp_path, VLLM_BASE_URLS="http://a:8000/v1,vllm-b:8000")
+    assert result.returncode != 0
+    assert "VLLM_BASE_URLS entry 2 ('vllm-b:8000') is not an http(s) URL" in result.stderr

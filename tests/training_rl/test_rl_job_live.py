@@ -127,3 +127,44 @@ def test_two_rl_steps_train_serve_and_sample_the_new_adapter(
         print(f"step {s.index} {s.status}: reward {m.get('reward_mean')} kept {kept} {timings}")
     print(f"RL job {job.pk}: 2 steps in {elapsed:.0f} s")
     assert RLJob.objects.count() == 1
+
+
+def test_an_async_job_samples_the_next_step_while_the_trainer_works(
+    hotpotqa_dir, smollm2_dir, workers
+):
+    result = benchmark_import(path=hotpotqa_dir, name="hotpotqa-dev500", fmt="beir")
+    policy = PolicyConfig.objects.create(
+        name="smollm2-rl",
+        kind=PolicyKind.OPENAI,
+        base_url=VLLM_URL,
+        model=base_model(),
+        tool_call_format="json_schema",
+        sampling={"temperature": 1.0, "max_tokens": 96},
+    )
+    job = rl_job_create(
+        benchmark=Benchmark.objects.get(pk=result.benchmark_id),
+        base_policy=policy,
+        base_model_dir=str(smollm2_dir),
+        job_settings=RLJobSettings(
+            group_size=3, queries_per_step=2, steps=2, max_turns=1, learning_rate=1e-4, mode="async"
+        ),
+        name="live-async",
+    )
+
+    def finished() -> bool:
+        job.refresh_from_db()
+        return job.is_finished
+
+    logs = lambda: "\n".join(w.log()[-3000:] for w in workers)  # noqa: E731
+    wait_until(finished, timeout=1800, interval=1, what=f"the RL job\n{logs()}")
+    assert job.status == RLJobStatus.COMPLETED, f"{job.error}\n{logs()}"
+    first, second = job.step_rows.order_by("index").select_related("batch__policy")
+    # Step 1 sampled the base model, started before step 0's training ended.
+    assert second.version.number == 0 and second.batch.policy == policy
+    assert second.started_at.timestamp() < first.timings["train_end"]
+    assert second.timings["rollout_start"] >= first.timings["train_start"]
+    if first.status == RLStepStatus.DONE and second.status == RLStepStatus.DONE:
+        assert second.metrics["staleness"] == 1
+        assert second.produced.number == 2
+    for s in (first, second):
+        print(f"step {s.index} {s.status}: {s.metrics.get('staleness')} {s.timings}")

@@ -2,11 +2,13 @@
 
 vLLM loads a peft folder at run time with POST /v1/load_lora_adapter when it was started
 with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (scripts/llm/serve.sh does
-both). The path is read by the server, so it must be visible on the server's filesystem.
+both). The path is read by the server, so it must be visible on the server's filesystem;
+with several replicas (VLLM_BASE_URLS), on each of theirs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -68,3 +70,39 @@ def adapter_ensure_served(base_url: str, *, name: str, path: Path, api_key: str 
         return False
     adapter_load(base_url, name=name, path=path, api_key=api_key)
     return True
+
+
+def adapters_serve(urls: Sequence[str], *, name: str, path: Path, api_key: str = "") -> None:
+    """Serve the adapter on every replica. Each is tried; a replica that refuses (or does
+    not answer) fails the publish with an error naming it, since a version served on some
+    replicas only would fail the calls routed to the others."""
+    _on_every(urls, lambda url: adapter_serve(url, name=name, path=path, api_key=api_key))
+
+
+def adapters_ensure_served(
+    urls: Sequence[str], *, name: str, path: Path, api_key: str = ""
+) -> list[str]:
+    """Load the adapter on each replica that lacks it (a restarted one); the URLs loaded."""
+    loaded: list[str] = []
+
+    def ensure(url: str) -> None:
+        if adapter_ensure_served(url, name=name, path=path, api_key=api_key):
+            loaded.append(url)
+
+    _on_every(urls, ensure)
+    return loaded
+
+
+def _on_every(urls: Sequence[str], action: Callable[[str], None]) -> None:
+    failed: list[str] = []
+    for url in urls:
+        try:
+            action(url)
+        except PublishError as exc:
+            failed.append(str(exc))
+    if failed:
+        served = len(urls) - len(failed)
+        raise PublishError(
+            f"{len(failed)} of {len(urls)} replicas did not serve the adapter "
+            f"({served} did): " + "; ".join(failed)
+        )

@@ -15,7 +15,7 @@ from typing import Any
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE, strategy_clean
 from harness_app.harness.reward import RewardWeights
 from training.lora import LORA_TARGETS_ALL_LINEAR, LORA_TARGETS_DEFAULT, MAX_LORA_RANK
-from training.models import RLAlgorithm
+from training.models import RLAlgorithm, RLMode
 from trajectories.models import TerminationPolicy
 from trajectories.services import rollouts
 
@@ -67,12 +67,17 @@ class RLJobSettings:
     # How each episode's model calls become sequences: one per chain (prefix_merge) or one
     # per call (per_request); "prefix" and "request" are accepted and stored canonical.
     reconstruction: str = PREFIX_MERGE
+    # sync: each step samples from the newest version; async: step n+1's rollouts start
+    # (on the version step n sampled) when step n's training starts (docs/training-rl.md).
+    mode: str = RLMode.SYNC
 
     def check(self) -> None:
         try:
             strategy_clean(self.reconstruction, field="reconstruction")
         except ValueError as exc:
             raise RLJobError(str(exc), field="reconstruction") from None
+        if self.mode not in RLMode.values:
+            raise RLJobError(f"mode {self.mode!r} is not one of {RLMode.values}", field="mode")
         _in_range("group_size", self.group_size, 2, MAX_GROUP_SIZE)
         _in_range("substeps", self.substeps, 1, MAX_SUBSTEPS)
         if self.tokens_per_turn is not None:

@@ -10,6 +10,11 @@ Each call looks at where the job stands and does the next piece of work:
                                    take one trainer step, save the adapter, serve it through
                                    vLLM, record the new PolicyVersion and the step's metrics
 
+In async mode (`mode="async"`) a finished batch first starts the next step's rollouts, on
+the newest version (the one the finished step sampled, or the one it trained from), and
+then trains: the rollout workers sample step n+1 while the trainer takes step n, and step
+n+1 trains on episodes one version older than its trainer (staleness 1, in its metrics).
+
 The trainer runs outside any transaction; the step's outcome is written in one. A worker
 that dies mid-training leaves the step in `training`, and the redelivered task trains it
 again from the saved previous version. Publishing replaces an adapter of the same name, so
@@ -20,7 +25,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
@@ -35,12 +39,13 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from harness_app import queues
 from harness_app.harness.llm.reconstruct import strategy_clean
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind, ToolCallFormat
-from harness_app.policy_hosts import policy_base_url
+from harness_app.policy_hosts import model_server_urls, policy_base_url
 from training.models import (
     RL_JOB_FINISHED,
     PolicyVersion,
     RLJob,
     RLJobStatus,
+    RLMode,
     RLStep,
     RLStepStatus,
     SFTJob,
@@ -61,7 +66,8 @@ from training.services.rl_job_settings import (
     RLJobSettings,
     job_settings_from,
 )
-from trajectories.models import BatchStatus, Episode, EpisodeStatus
+from training.services.rl_step_metrics import build_metrics, rollout_metrics
+from trajectories.models import BatchStatus, Episode
 from trajectories.rollout import model_server_api_key
 from trajectories.services import rollouts
 
@@ -191,10 +197,17 @@ def rl_job_cancel(*, job: RLJob) -> bool:
     if job.is_finished:
         return False
     RLJob.objects.filter(pk=job.pk).update(status=RLJobStatus.CANCELLED, finished_at=timezone.now())
-    step = job.step_rows.filter(index=job.steps_done).select_related("batch").first()
-    if step is not None and step.batch is not None:
-        rollouts.batch_cancel(batch=step.batch)
+    _batches_cancel(job.pk)
     return True
+
+
+def _batches_cancel(job_id: int) -> None:
+    """Cancel the job's rollouts still running: the current step's, and in async mode the
+    next step's too."""
+    steps = RLStep.objects.filter(job_id=job_id, status=RLStepStatus.ROLLOUT, batch__isnull=False)
+    for step in steps.select_related("batch"):
+        assert step.batch is not None
+        rollouts.batch_cancel(batch=step.batch)
 
 
 def _job_fail(job_id: int, error: str, *, step: RLStep | None = None) -> None:
@@ -207,6 +220,7 @@ def _job_fail(job_id: int, error: str, *, step: RLStep | None = None) -> None:
         RLJob.objects.filter(pk=job_id).exclude(status__in=RL_JOB_FINISHED).update(
             status=RLJobStatus.FAILED, error=error, finished_at=now
         )
+        _batches_cancel(job_id)
     log.warning("RL job %s failed: %s", job_id, error)
 
 
@@ -230,7 +244,7 @@ def rl_job_advance(*, job_id: int) -> float | None:
     )
     try:
         if step is None:
-            _step_start(job)
+            _step_start(job, index=job.steps_done)
             return settings.RL_POLL_S
         if step.status == RLStepStatus.ROLLOUT and not _rollout_finished(job, step):
             return settings.RL_POLL_S
@@ -271,13 +285,14 @@ def _newest_version(job: RLJob) -> PolicyVersion:
     return job.versions.select_related("policy").order_by("-number").first()  # type: ignore[return-value]
 
 
-def _step_start(job: RLJob) -> RLStep:
+def _step_start(job: RLJob, *, index: int) -> RLStep:
     version = _newest_version(job)
     if version.adapter_path:
-        # A restarted vLLM forgets runtime adapters: serve it again before sampling.
+        # A restarted vLLM forgets runtime adapters: serve it again (on every replica)
+        # before sampling.
         base_url = _base_url(job)
-        publish.adapter_ensure_served(
-            base_url,
+        publish.adapters_ensure_served(
+            model_server_urls(base_url),
             name=version.policy.model,
             path=Path(version.adapter_path),
             api_key=model_server_api_key(base_url),
@@ -292,11 +307,21 @@ def _step_start(job: RLJob) -> RLStep:
                 max_turns=job.max_turns,
                 termination_policy=job.termination_policy,
                 reward_weights=job.reward_weights,
-                query_ids=step_query_ids(job, job.steps_done),
+                query_ids=step_query_ids(job, index),
             )
         except rollouts.BatchParameterError as exc:
-            raise RLJobError(f"step {job.steps_done}: {exc}") from exc
-        return RLStep.objects.create(job=job, index=job.steps_done, version=version, batch=batch)
+            raise RLJobError(f"step {index}: {exc}") from exc
+        return RLStep.objects.create(job=job, index=index, version=version, batch=batch)
+
+
+def _next_rollouts_start(job: RLJob, step: RLStep) -> None:
+    """Async mode: start step n+1's rollouts before step n trains (once: a retried step
+    finds them started)."""
+    following = step.index + 1
+    if job.mode != RLMode.ASYNC or following >= job.steps:
+        return
+    if not job.step_rows.filter(index=following).exists():
+        _step_start(job, index=following)
 
 
 def _rollout_finished(job: RLJob, step: RLStep) -> bool:
@@ -323,7 +348,9 @@ def _base_url(job: RLJob) -> str:
 def _step_train(job: RLJob, step: RLStep) -> float | None:
     """Build, train, save and publish; then record the step and the new version."""
     RLStep.objects.filter(pk=step.pk).update(status=RLStepStatus.TRAINING)
-    timings = {"rollout_s": _rollout_seconds(step)}
+    timings = {"rollout_s": _rollout_seconds(step), **_rollout_span(step)}
+    timings["train_start"] = time.time()
+    _next_rollouts_start(job, step)
     started = time.perf_counter()
     assert step.batch is not None  # checked by _rollout_finished
     build = rl_samples_for_batch(
@@ -334,18 +361,30 @@ def _step_train(job: RLJob, step: RLStep) -> float | None:
     timings["build_s"] = time.perf_counter() - started
     metrics = {**rollout_metrics(batch_id=step.batch.pk), **build_metrics(build)}
     if not build.sequences:
+        timings["train_end"] = time.time()
         return _step_record(job, step, metrics=metrics, timings=timings, produced=None)
-    trained = _train(job, step, build, timings)
+    # The trainer starts from the newest version: the one the step sampled in sync mode,
+    # the one after it in async mode once a step has trained meanwhile.
+    trainer_version = _newest_version(job)
+    metrics["staleness"] = trainer_version.number - step.version.number
+    if metrics["staleness"] > 1:
+        raise RLJobError(
+            f"step {step.index} sampled version {step.version.number} but the trainer is at "
+            f"version {trainer_version.number}: more than one version stale"
+        )
+    trained = _train(job, step, trainer_version, build, timings)
     metrics.update(trained.metrics)
     started = time.perf_counter()
     base_url = _base_url(job)
-    publish.adapter_serve(
-        base_url,
+    # Every replica serves the new version, or the step fails naming the one that refused.
+    publish.adapters_serve(
+        model_server_urls(base_url),
         name=trained.model_name,
         path=trained.adapter_dir,
         api_key=model_server_api_key(base_url),
     )
     timings["publish_s"] = time.perf_counter() - started
+    timings["train_end"] = time.time()
     return _step_record(job, step, metrics=metrics, timings=timings, produced=trained)
 
 
@@ -358,11 +397,17 @@ class Trained:
     trainer: Any  # PolicyTrainer; kept for the next step once the version is committed
 
 
-def _train(job: RLJob, step: RLStep, build: BatchBuild, timings: dict[str, float]) -> Trained:
+def _train(
+    job: RLJob,
+    step: RLStep,
+    version: PolicyVersion,
+    build: BatchBuild,
+    timings: dict[str, float],
+) -> Trained:
+    """One trainer step from `version` on the step's batch (sampled by `step.version`)."""
     from training.rl import job_trainer
     from training.rl.trainer import LoraSettings, TrainSettings
 
-    version = step.version
     number = version.number + 1
     out_dir = settings.DATA_DIR / "rl" / f"job-{job.pk}" / f"v{number}"
     trainer_settings = TrainSettings(
@@ -372,7 +417,7 @@ def _train(job: RLJob, step: RLStep, build: BatchBuild, timings: dict[str, float
         cispo_eps_high=job.cispo_eps_high,
         grpo_eps=job.grpo_eps,
         kl_beta=job.kl_beta,
-        behaviour_logprobs=behaviour_logprobs(version.policy),
+        behaviour_logprobs=behaviour_logprobs(step.version.policy),
         substeps=job.substeps,
         max_sequence_tokens=job.max_sequence_tokens,
         gradient_checkpointing=job.gradient_checkpointing,
@@ -429,6 +474,16 @@ def _rollout_seconds(step: RLStep) -> float:
     if batch is None or batch.finished_at is None:
         return 0.0
     return (batch.finished_at - step.started_at).total_seconds()
+
+
+def _rollout_span(step: RLStep) -> dict[str, float]:
+    """When the step's rollouts started and ended, in seconds since the epoch (the job's
+    idle fractions, rl_step_metrics.py)."""
+    end = step.batch.finished_at if step.batch is not None else None
+    return {
+        "rollout_start": step.started_at.timestamp(),
+        "rollout_end": (end or timezone.now()).timestamp(),
+    }
 
 
 @transaction.atomic
@@ -501,64 +556,3 @@ def _version_create(job: RLJob, step: RLStep, produced: Trained) -> PolicyVersio
         },
     )
     return version
-
-
-# --- what a step measured ------------------------------------------------------------------
-
-
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
-
-
-def rollout_metrics(*, batch_id: int) -> dict[str, Any]:
-    """Reward, its components and the recall metrics over the batch's scored episodes."""
-    rows: list[dict[str, Any]] = [
-        dict(row)
-        for row in Episode.objects.filter(batch_id=batch_id).values(
-            "status",
-            "reward",
-            "reward_components",
-            "curated_recall",
-            "trajectory_recall",
-            "final_answer_recall",
-            "tool_diversity",
-            "turns",
-        )
-    ]
-    scored = [r for r in rows if r["status"] == EpisodeStatus.COMPLETED and r["reward"] is not None]
-    rewards = [float(r["reward"]) for r in scored]
-    out: dict[str, Any] = {
-        "episodes": len(rows),
-        "episodes_scored": len(scored),
-        "episodes_failed": sum(r["status"] == EpisodeStatus.FAILED for r in rows),
-        "reward_mean": _mean(rewards),
-        "reward_std": statistics.pstdev(rewards) if rewards else None,
-    }
-    for metric in ("curated_recall", "trajectory_recall", "final_answer_recall"):
-        out[metric] = _mean([r[metric] for r in scored if r[metric] is not None])
-    out["tool_diversity"] = _mean([r["tool_diversity"] for r in scored if r["tool_diversity"]])
-    out["turns"] = _mean([r["turns"] for r in scored])
-    out["reward_components"] = _component_means(r["reward_components"] for r in scored)
-    return out
-
-
-def _component_means(components: Any) -> dict[str, float]:
-    sums: dict[str, list[float]] = {}
-    for row in components:
-        for name, value in (row or {}).items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                sums.setdefault(name, []).append(float(value))
-    return {name: statistics.fmean(values) for name, values in sums.items()}
-
-
-def build_metrics(build: BatchBuild) -> dict[str, Any]:
-    groups = len(build.kept_groups) + len(build.dropped_groups)
-    return {
-        "kept_groups": len(build.kept_groups),
-        "dropped_groups": len(build.dropped_groups),
-        "kept_fraction": len(build.kept_groups) / groups if groups else 0.0,
-        "sequences": len(build.sequences),
-        "episodes_trained": build.episodes,
-        "exclusions": build.exclusion_counts(),
-        "chain_breaks": len(build.breaks),
-    }

@@ -37,7 +37,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
 from harness_app.models import PolicyConfig, PolicyKind
-from harness_app.policy_hosts import policy_base_url
+from harness_app.policy_hosts import model_server_urls, policy_base_url
 from training.models import (
     SFT_JOB_FINISHED,
     ExportStatus,
@@ -382,8 +382,11 @@ def _publish(job: SFTJob) -> None:
     policy's settings, the adapter's model name) and mark the job completed."""
     base_url = _base_url(job)
     name = served_model_name(job)
-    publish.adapter_serve(
-        base_url, name=name, path=Path(job.adapter_path), api_key=model_server_api_key(base_url)
+    publish.adapters_serve(
+        model_server_urls(base_url),
+        name=name,
+        path=Path(job.adapter_path),
+        api_key=model_server_api_key(base_url),
     )
     with transaction.atomic():
         policy = adapter_policy(job.base_policy, name=name, model=name)
@@ -411,9 +414,10 @@ def sft_job_ensure_served(*, job: SFTJob) -> bool:
     if job.policy is None or not job.adapter_path:
         raise SFTJobError(f"SFT job {job.pk} has no published adapter")
     base_url = _base_url(job)
-    return publish.adapter_ensure_served(
-        base_url,
+    loaded = publish.adapters_ensure_served(
+        model_server_urls(base_url),
         name=job.policy.model,
         path=Path(job.adapter_path),
         api_key=model_server_api_key(base_url),
     )
+    return bool(loaded)

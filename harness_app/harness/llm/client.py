@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from harness_app.harness.llm.upstreams import NoReplicaError, UpstreamPool
+
 # Phrases vLLM (and OpenAI) use when the prompt does not fit the context window.
 _OVERFLOW_MARKERS = ("maximum context length", "context length", "too long", "max_model_len")
 
@@ -106,16 +108,17 @@ class ChatClient:
         policy_version: str = "",
         transport: httpx.BaseTransport | None = None,
         capture_tokens: bool = True,
+        upstreams: UpstreamPool | None = None,
     ) -> None:
         self.model = model
         self.policy_version = policy_version
         # False for a server that returns no token ids (a hosted API): chat requests do not
         # ask for them, and a reply without them is recorded as a call with no tokens.
         self.capture_tokens = capture_tokens
-        # vLLM serves /tokenize beside /v1, at the server root.
-        self.root_url = base_url.rstrip("/").removesuffix("/v1")
+        # Each call goes to one replica of `upstreams` (upstreams.py); without a pool, to
+        # `base_url` alone.
+        self.upstreams = upstreams or UpstreamPool([base_url])
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/"),
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
             headers={"Authorization": f"Bearer {api_key}"},
             transport=transport,
@@ -177,12 +180,8 @@ class ChatClient:
     def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         record = ModelCallRecord(request=body)
         started = time.perf_counter()
-        try:
-            response = self._http.post(f"{self.root_url}/tokenize", json=body)
-        except httpx.TimeoutException as exc:
-            raise self._fail(record, started, "model_timeout", str(exc) or "timed out") from exc
-        except httpx.TransportError as exc:
-            raise self._fail(record, started, "model_unreachable", str(exc)) from exc
+        # vLLM serves /tokenize beside /v1, at the server root.
+        response = self._post(record, started, "/tokenize", body, at_root=True)
         if response.status_code >= 400:
             raise self._http_error(record, response)
         try:
@@ -199,12 +198,7 @@ class ChatClient:
         record = ModelCallRecord(request=request, policy_version=self.policy_version)
         path = "/completions" if "prompt" in request else "/chat/completions"
         started = time.perf_counter()
-        try:
-            response = self._http.post(path, json=request)
-        except httpx.TimeoutException as exc:
-            raise self._fail(record, started, "model_timeout", str(exc) or "timed out") from exc
-        except httpx.TransportError as exc:
-            raise self._fail(record, started, "model_unreachable", str(exc)) from exc
+        response = self._post(record, started, path, request)
         record.latency_ms = (time.perf_counter() - started) * 1000
         if response.status_code >= 400:
             raise self._http_error(record, response)
@@ -215,6 +209,35 @@ class ChatClient:
         if not self.capture_tokens and "prompt" not in request:
             return _fill_without_tokens(record)
         return _fill_tokens(record)
+
+    def _post(
+        self,
+        record: ModelCallRecord,
+        started: float,
+        path: str,
+        body: dict[str, Any],
+        *,
+        at_root: bool = False,
+    ) -> httpx.Response:
+        """POST to a replica leased for the call; one that does not answer, or answers
+        5xx, is marked down so the retry goes elsewhere."""
+        try:
+            lease = self.upstreams.acquire()
+        except NoReplicaError as exc:
+            raise self._fail(record, started, "model_unreachable", str(exc)) from exc
+        url = lease.url.removesuffix("/v1") if at_root else lease.url
+        try:
+            response = self._http.post(f"{url}{path}", json=body)
+        except httpx.TimeoutException as exc:
+            raise self._fail(record, started, "model_timeout", str(exc) or "timed out") from exc
+        except httpx.TransportError as exc:
+            lease.fail(f"unreachable: {exc}")
+            raise self._fail(record, started, "model_unreachable", str(exc)) from exc
+        finally:
+            lease.release()
+        if response.status_code >= 500:
+            lease.fail(f"answered {response.status_code}")
+        return response
 
     def _fail(
         self, record: ModelCallRecord, started: float, kind: str, message: str
