@@ -364,8 +364,8 @@ class RolloutRequestCreateSerializer(serializers.Serializer[Any]):
     """Types only: ranges and the query selection are checked by
     rollout_service.rollout_request_create, which names what it refuses."""
 
-    benchmark = serializers.PrimaryKeyRelatedField(queryset=Benchmark.objects.all())
-    policy = serializers.PrimaryKeyRelatedField(
+    benchmark = RowIdField(queryset=Benchmark.objects.all())
+    policy = RowIdField(
         queryset=PolicyConfig.objects.all(),
         help_text="the policy config to sample from (a served adapter is one: an RL policy "
         "version's or an SFT job's)",

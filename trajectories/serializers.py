@@ -182,10 +182,10 @@ class EvaluationRunCreateSerializer(serializers.Serializer[Any]):
     services.evaluations.evaluation_create."""
 
     name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
-    benchmarks = serializers.PrimaryKeyRelatedField(
+    benchmarks = RowIdField(
         queryset=Benchmark.objects.all(), many=True, help_text="benchmark ids (the table's rows)"
     )
-    policies = serializers.PrimaryKeyRelatedField(
+    policies = RowIdField(
         queryset=PolicyConfig.objects.all(), many=True, help_text="policy config ids"
     )
     conditions = serializers.ListField(

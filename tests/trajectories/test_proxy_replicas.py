@@ -49,7 +49,7 @@ def test_a_stream_keeps_its_replica_until_it_is_closed(client, replicas):
     response = chat(client, key, stream=True)
     pieces = iter(response.streaming_content)
     next(pieces), next(pieces)
-    assert a.holding.is_set()  # the stream is on a, paused mid-way
+    assert a.holding.wait(10)  # the stream is on a, paused mid-way
 
     assert chat(client, key).status_code == 200  # a has a call in flight: b takes it
     assert chat(client, key).status_code == 200

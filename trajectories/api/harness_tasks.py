@@ -18,6 +18,7 @@ from rest_framework.response import Response
 
 from harness_app.api import ResearcherWrites, request_user
 from harness_app.ids import as_id, id_problem
+from harness_app.serializers import RowIdField
 from trajectories.agent_clis import CLI_KINDS
 from trajectories.models import HarnessGroup, HarnessRunStatus, HarnessTask
 from trajectories.selectors import harness_tasks as selectors
@@ -77,7 +78,7 @@ class HarnessTaskViewSet(
 
 
 class HarnessGroupLaunchSerializer(serializers.Serializer[Any]):
-    task = serializers.PrimaryKeyRelatedField(queryset=HarnessTask.objects.all())
+    task = RowIdField(queryset=HarnessTask.objects.all())
     kind = serializers.ChoiceField(choices=CLI_KINDS, help_text="the harness")
     command = serializers.ListField(
         child=serializers.CharField(),
