@@ -238,6 +238,12 @@ LOGGING = {
         "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
     },
 }
+# Dense embeddings after each BM25 index build (harness_app/indexes.py): "auto" builds them
+# when the dense extra is installed, "always" requires it, "never" skips them (dense and
+# hybrid policies then embed the corpus in the first episode that needs it).
+DENSE_EMBEDDINGS = env_str("DENSE_EMBEDDINGS", "auto")
+if DENSE_EMBEDDINGS not in ("auto", "always", "never"):
+    raise ImproperlyConfigured(f"DENSE_EMBEDDINGS={DENSE_EMBEDDINGS!r}: use auto, always or never")
 EPISODE_STALE_AFTER_S = env_int("EPISODE_STALE_AFTER_S", 300)
 VLLM_TIMEOUT_S = env_int("VLLM_TIMEOUT_S", 120)
 VLLM_RETRIES = env_int("VLLM_RETRIES", 3)

@@ -115,7 +115,7 @@ def episode_run(*, episode_id: int) -> str:
 
 
 def _play(claim: rollouts.Claim) -> str:
-    from harness_app.indexes import corpus_retriever
+    from harness_app.indexes import corpus_searcher
 
     episode_id = claim.episode.pk
     episode = Episode.objects.select_related(
@@ -123,7 +123,7 @@ def _play(claim: rollouts.Claim) -> str:
     ).get(pk=episode_id)
     batch, group, query = episode.rollout_parts()
     started = time.perf_counter()
-    retriever = corpus_retriever(batch.benchmark.corpus)
+    retriever = corpus_searcher(batch.benchmark.corpus, batch.policy.retriever)
     env = SearchHarness(
         retriever,
         config=harness_config(batch.policy, batch),
