@@ -102,7 +102,10 @@ def corpus_searcher(corpus: Corpus, kind: str = BM25) -> Retriever:
         if searcher is None:
             bm25 = corpus_retriever(corpus)
             searcher = retriever_open(
-                kind, bm25, build=lambda index, encoder: _embed(corpus, index, encoder)
+                kind,
+                bm25,
+                encoder=default_encoder(),
+                build=lambda index, encoder: _embed(corpus, index, encoder),
             )
             _searchers[key] = searcher
         return searcher
@@ -191,7 +194,9 @@ def _embed(corpus: Corpus, index: BM25Index, encoder: Encoder) -> DenseIndex:
             progress=progress,
         )
     except Exception as exc:
-        _status_set(corpus, IndexStatus.READY, error=f"embedding failed: {type(exc).__name__}: {exc}")
+        _status_set(
+            corpus, IndexStatus.READY, error=f"embedding failed: {type(exc).__name__}: {exc}"
+        )
         raise
     logger.info("embedded the %s documents of corpus %s", len(dense), corpus.name)
     _status_set(corpus, IndexStatus.READY, path=str(index.directory))

@@ -494,7 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_eval(commands)
     _add_ablate(commands)
-    bench = _command(commands, "bench-retrieval", cmd_bench_retrieval, "nDCG@10/recall@k of a retriever")
+    bench = _command(
+        commands, "bench-retrieval", cmd_bench_retrieval, "nDCG@10/recall@k of a retriever"
+    )
     bench.add_argument("--json", action="store_true", help="print the result as JSON")
     single = _command(commands, "single-bm25", cmd_single_bm25, "plain BM25 recall@k")
     single.add_argument("--k", type=int, nargs="+", default=[5, 10, 30], help="cut-offs")

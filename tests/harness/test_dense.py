@@ -153,7 +153,9 @@ def test_hybrid_fuses_both_lists_by_reciprocal_rank(bm25: BM25Index) -> None:
     # Every fused score is the RRF sum over the lists the document is in.
     for hit in fused:
         expected = sum(
-            1 / (60 + ids.index(hit.doc_id) + 1) for ids in (bm25_ids, dense_ids) if hit.doc_id in ids
+            1 / (60 + ids.index(hit.doc_id) + 1)
+            for ids in (bm25_ids, dense_ids)
+            if hit.doc_id in ids
         )
         assert hit.score == pytest.approx(expected)
     assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
@@ -228,7 +230,9 @@ def test_bench_retrieval_without_the_encoder_says_what_to_install(
     monkeypatch.setattr(encoder, "encoder_available", lambda: False)
     demo = Path(__file__).resolve().parents[2] / "harness_app" / "demo_data"
 
-    code = main(["bench-retrieval", str(demo), "--retriever", "dense", "--index-dir", str(tmp_path)])
+    code = main(
+        ["bench-retrieval", str(demo), "--retriever", "dense", "--index-dir", str(tmp_path)]
+    )
 
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: cannot open the dense retriever")

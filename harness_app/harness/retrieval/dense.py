@@ -162,7 +162,9 @@ class DenseIndex:
     def scores(self, vector: FloatMatrix) -> npt.NDArray[np.float32]:
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if query.shape[0] != self.matrix.shape[1]:
-            raise ValueError(f"query has {query.shape[0]} dimensions, the index {self.matrix.shape[1]}")
+            raise ValueError(
+                f"query has {query.shape[0]} dimensions, the index {self.matrix.shape[1]}"
+            )
         out = np.empty(len(self), dtype=np.float32)
         for start in range(0, len(self), _SEARCH_BLOCK):
             block = self.matrix[start : start + _SEARCH_BLOCK].astype(np.float32)
@@ -229,12 +231,7 @@ def _write(
         if written + len(chunk) > count:
             raise DenseIndexError(f"the corpus has more than the {count} documents expected")
         ids.extend(doc.doc_id for doc in chunk)
-        done = written
-
-        def report(encoded: int, _: int) -> None:
-            if progress is not None:
-                progress(done + encoded, count)
-
+        report = _offset_progress(progress, written, count)
         vectors = encoder.encode([embedded_text(doc) for doc in chunk], progress=report)
         matrix[written : written + len(chunk)] = vectors.astype(np.float16)
         written += len(chunk)
@@ -243,6 +240,15 @@ def _write(
     ids.close()
     matrix.flush()
     del matrix
+
+
+def _offset_progress(
+    progress: BuildProgress | None, offset: int, count: int
+) -> Callable[[int, int], None] | None:
+    """The encoder's progress within one chunk, as progress over the whole corpus."""
+    if progress is None:
+        return None
+    return lambda encoded, _: progress(offset + encoded, count)
 
 
 def _chunks(documents: Iterator[Document], size: int) -> Iterator[list[Document]]:
@@ -264,7 +270,8 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         raise DenseIndexError(f"{folder}/{MANIFEST} is not a {FORMAT} manifest")
     if manifest.get("version") != FORMAT_VERSION:
         raise DenseIndexMismatchError(
-            f"{folder} has format version {manifest.get('version')}, this code reads {FORMAT_VERSION}"
+            f"{folder} has format version {manifest.get('version')}, "
+            f"this code reads {FORMAT_VERSION}"
         )
     return manifest
 

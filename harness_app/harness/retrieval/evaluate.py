@@ -126,7 +126,9 @@ def score_runs(
     count = max(len(runs), 1)
     scores = {"ndcg@10": sum(ndcg_at_k(run, qrels[q], 10) for q, run in runs.items()) / count}
     for k in RECALL_CUTOFFS:
-        scores[f"recall@{k}"] = sum(recall_at_k(run, qrels[q], k) for q, run in runs.items()) / count
+        scores[f"recall@{k}"] = (
+            sum(recall_at_k(run, qrels[q], k) for q, run in runs.items()) / count
+        )
     return {name: round(value, 4) for name, value in scores.items()}
 
 
