@@ -73,6 +73,8 @@ class PolicyConfigForm(forms.ModelForm):
             "sampling": 'JSON, e.g. {"temperature": 0.7, "top_p": 0.95, "max_tokens": 2048}.',
             "context_limit": "The prompt cap in tokens; blank: 30,720 (rerender) or 32,768 "
             "(append).",
+            "retriever": "What search_corpus ranks with; dense and hybrid need the dense extra "
+            "on the rollout workers.",
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
