@@ -20,7 +20,7 @@ $(VENV)/.installed: $(PY) pyproject.toml $(CONSTRAINTS)
 # for it together with the rest could pull a CUDA build instead.
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) install -qq -c $(CONSTRAINTS) torch==2.13.0
-	$(PIP) install -qq -c $(CONSTRAINTS) -e '.[dev,train]'
+	$(PIP) install -qq -c $(CONSTRAINTS) -e '.[dev,train,dense]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -265,6 +265,14 @@ LOGGING = {
         "django.server": {"handlers": ["django.server"], "level": "INFO", "propagate": False},
     },
 }
+# Dense embeddings after each BM25 index build (harness_app/indexes.py): "auto" builds them
+# when the dense extra is installed, "always" requires it, "never" skips them (dense and
+# hybrid policies then embed the corpus in the first episode that needs it).
+# Embedding a corpus costs minutes per 10,000 documents on a CPU, so by default it waits
+# until a dense or hybrid policy first searches the corpus (docs/corpora.md).
+DENSE_EMBEDDINGS = env_str("DENSE_EMBEDDINGS", "never")
+if DENSE_EMBEDDINGS not in ("auto", "always", "never"):
+    raise ImproperlyConfigured(f"DENSE_EMBEDDINGS={DENSE_EMBEDDINGS!r}: use auto, always or never")
 EPISODE_STALE_AFTER_S = env_int("EPISODE_STALE_AFTER_S", 300)
 VLLM_TIMEOUT_S = env_int("VLLM_TIMEOUT_S", 120)
 VLLM_RETRIES = env_int("VLLM_RETRIES", 3)

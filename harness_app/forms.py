@@ -89,6 +89,8 @@ class PolicyConfigForm(forms.ModelForm):
             "sampling": 'JSON, e.g. {"temperature": 0.7, "top_p": 0.95, "max_tokens": 2048}.',
             "context_limit": "The prompt cap in tokens; blank: 30,720 (rerender) or 32,768 "
             "(append).",
+            "retriever": "What search_corpus ranks with; dense and hybrid need the dense extra "
+            "on the rollout workers.",
             "verifier": "Who judges verify calls: term coverage, or a chat model at "
             "temperature 0 (its calls are kept apart from the policy's training data).",
             "verifier_base_url": "The LLM verifier's server; blank: the configured vLLM server.",

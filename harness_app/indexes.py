@@ -7,6 +7,12 @@ carries the status the pages show: missing → queued → building → ready, or
 
 An index that is missing, unfinished, corrupt or built for other content is never used: it
 is rebuilt, synchronously, by whichever process needs it, and the row says so meanwhile.
+
+After BM25 the index task embeds the documents for the dense and hybrid retrievers
+(settings.DENSE_EMBEDDINGS: when the dense extra is installed, always, or never); the row
+reads "embedding" with `index_progress` in percent meanwhile, and "ready" once both are
+done. BM25 is usable throughout: a failed embedding leaves the row ready, with the reason
+in `index_error`, and no embeddings on disk.
 These functions write only the status columns of Corpus, which is why they live here rather
 than in services.py: the index lifecycle is one concern with its files.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,15 +35,25 @@ from harness_app.harness.retrieval import (
     open_index,
 )
 from harness_app.harness.retrieval.cache import forget_open_indexes
-from harness_app.harness.types import Document
+from harness_app.harness.retrieval.dense import DenseIndex, DenseIndexError
+from harness_app.harness.retrieval.encoder import (
+    Encoder,
+    EncoderUnavailableError,
+    default_encoder,
+    encoder_available,
+)
+from harness_app.harness.retrieval.hybrid import BM25, retriever_open
+from harness_app.harness.types import Document, Retriever
 from harness_app.models import Corpus, IndexStatus
 from harness_app.models import Document as DocumentRow
 
 logger = logging.getLogger(__name__)
 
 STREAM_CHUNK = 2_000  # documents fetched per round trip while building
+PROGRESS_EVERY_S = 2.0  # at most one progress write per this many seconds while embedding
 
 _retrievers: dict[tuple[int, str], BM25Index] = {}
+_searchers: dict[tuple[int, str, str], Retriever] = {}
 _lock = threading.RLock()  # re-entered when corpus_retriever has to rebuild
 
 
@@ -71,10 +88,34 @@ def corpus_retriever(corpus: Corpus) -> BM25Index:
         return index
 
 
+def corpus_searcher(corpus: Corpus, kind: str = BM25) -> Retriever:
+    """The corpus's `kind` retriever (bm25, dense or hybrid), opened once per process.
+
+    Missing embeddings are made first, as a missing BM25 index is; EncoderUnavailableError
+    when the dense extra is not installed here.
+    """
+    if kind == BM25:
+        return corpus_retriever(corpus)
+    key = (corpus.pk, corpus.content_hash, kind)
+    with _lock:
+        searcher = _searchers.get(key)
+        if searcher is None:
+            bm25 = corpus_retriever(corpus)
+            searcher = retriever_open(
+                kind,
+                bm25,
+                encoder=default_encoder(),
+                build=lambda index, encoder: _embed(corpus, index, encoder),
+            )
+            _searchers[key] = searcher
+        return searcher
+
+
 def corpus_retrievers_forget() -> None:
     """Drop this process's open indexes (tests, or after deleting index files)."""
     with _lock:
         _retrievers.clear()
+        _searchers.clear()
 
 
 def corpus_index_ensure(corpus: Corpus) -> tuple[BM25Index, bool]:
@@ -100,7 +141,66 @@ def corpus_index_build(*, corpus_id: int) -> None:
     if corpus is None:
         logger.info("corpus %s is gone; nothing to index", corpus_id)
         return
-    corpus_index_ensure(corpus)
+    index, _ = corpus_index_ensure(corpus)
+    if dense_wanted():
+        corpus_embeddings_ensure(corpus, index)
+
+
+def dense_wanted() -> bool:
+    """Whether index builds embed the corpus too (settings.DENSE_EMBEDDINGS)."""
+    mode = settings.DENSE_EMBEDDINGS
+    return mode == "always" or (mode == "auto" and encoder_available())
+
+
+def corpus_embeddings_ensure(corpus: Corpus, index: BM25Index) -> DenseIndex:
+    """Open the corpus's embeddings if they are sound, otherwise compute them.
+
+    EncoderUnavailableError (noted on the row) when the dense extra is missing.
+    """
+    try:
+        encoder = default_encoder()
+    except EncoderUnavailableError as exc:
+        _status_set(corpus, IndexStatus.READY, error=f"no dense embeddings: {exc}")
+        raise
+    try:
+        return DenseIndex.load(
+            index.directory, encoder_name=encoder.name, content_hash=index.content_hash
+        )
+    except DenseIndexError:
+        return _embed(corpus, index, encoder)
+
+
+def _embed(corpus: Corpus, index: BM25Index, encoder: Encoder) -> DenseIndex:
+    """Embed the corpus beside its BM25 index, with progress on the row."""
+    _status_set(corpus, IndexStatus.EMBEDDING)
+    last = [0.0, -1]  # time and percent of the last progress write
+
+    def progress(done: int, total: int) -> None:
+        percent = 100 * done // max(total, 1)
+        now = time.monotonic()
+        if percent != last[1] and (now - last[0] >= PROGRESS_EVERY_S or percent == 100):
+            Corpus.objects.filter(pk=corpus.pk).update(index_progress=percent)
+            corpus.index_progress = percent
+            last[:] = [now, percent]
+
+    Corpus.objects.filter(pk=corpus.pk).update(index_progress=0)
+    try:
+        dense = DenseIndex.build(
+            index.directory,
+            index.iter_documents(),
+            encoder,
+            count=len(index),
+            content_hash=index.content_hash,
+            progress=progress,
+        )
+    except Exception as exc:
+        _status_set(
+            corpus, IndexStatus.READY, error=f"embedding failed: {type(exc).__name__}: {exc}"
+        )
+        raise
+    logger.info("embedded the %s documents of corpus %s", len(dense), corpus.name)
+    _status_set(corpus, IndexStatus.READY, path=str(index.directory))
+    return dense
 
 
 def _build(corpus: Corpus) -> BM25Index:
@@ -131,6 +231,8 @@ def _forget(corpus: Corpus) -> None:
     with _lock:
         for key in [key for key in _retrievers if key[0] == corpus.pk]:
             del _retrievers[key]
+        for searcher_key in [key for key in _searchers if key[0] == corpus.pk]:
+            del _searchers[searcher_key]
     forget_open_indexes()
 
 

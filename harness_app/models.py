@@ -23,6 +23,8 @@ class IndexStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     BUILDING = "building", "Building"
     READY = "ready", "Ready"
+    # BM25 is ready; the dense embeddings are being computed (index_progress says how far).
+    EMBEDDING = "embedding", "Embedding"
     STALE = "stale", "Stale"
     FAILED = "failed", "Failed"
 
@@ -37,6 +39,8 @@ class Corpus(models.Model):
     )
     index_path = models.CharField(max_length=500, blank=True)
     index_error = models.TextField(blank=True)
+    # Percent of the documents embedded while index_status is "embedding" (indexes.py).
+    index_progress = models.PositiveSmallIntegerField(default=0)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -249,6 +253,14 @@ class ContextMode(models.TextChoices):
     RERENDER = "rerender", "Re-rendered each turn (Harness-1)"
 
 
+class RetrieverKind(models.TextChoices):
+    """What the search tool ranks with (harness_app/harness/retrieval/hybrid.py)."""
+
+    BM25 = "bm25", "BM25"
+    DENSE = "dense", "Dense (all-MiniLM-L6-v2)"
+    HYBRID = "hybrid", "Hybrid: BM25 + dense, fused by RRF (Harness-1)"
+
+
 class VerifierKind(models.TextChoices):
     """Who judges a `verify` call: term coverage, or a chat model (Harness-1's verifier)."""
 
@@ -269,6 +281,7 @@ class PolicyConfig(models.Model):
         "tool_parser",
         "context_mode",
         "context_limit",
+        "retriever",
         "verifier",
         "verifier_base_url",
         "verifier_model",
@@ -295,6 +308,10 @@ class PolicyConfig(models.Model):
     # The prompt cap in real tokens; empty: 30,720 in rerender mode, 32,768 in append mode.
     context_limit = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    # Dense and hybrid need the dense extra on the rollout workers (docs/retrieval.md).
+    retriever = models.CharField(
+        max_length=16, choices=RetrieverKind.choices, default=RetrieverKind.BM25
     )
     # The harness's services (docs/harness.md): an empty URL is VLLM_BASE_URL; the LLM
     # verifier needs a model; an empty reranker model means no reranking.

@@ -195,7 +195,7 @@ def episode_run(*, episode_id: int) -> str:
 
 
 def _play(claim: rollouts.Claim) -> str:
-    from harness_app.indexes import corpus_retriever
+    from harness_app.indexes import corpus_searcher
 
     episode_id = claim.episode.pk
     episode = Episode.objects.select_related(
@@ -203,7 +203,9 @@ def _play(claim: rollouts.Claim) -> str:
     ).get(pk=episode_id)
     batch = episode.rollout_parts()[0]
     started = time.perf_counter()
-    retriever = retriever_reranked(corpus_retriever(batch.benchmark.corpus), batch.policy)
+    retriever = retriever_reranked(
+        corpus_searcher(batch.benchmark.corpus, batch.policy.retriever), batch.policy
+    )
     verifier = verifier_build(batch.policy, batch)
     env = SearchHarness(
         retriever,

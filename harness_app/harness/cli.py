@@ -8,6 +8,7 @@
         [--conditions full,minus_verify,...] [--csv FILE] [--json] [--max-turns 40]
         [--reward-preset default]
     python -m harness_app.harness bench-retrieval BEIR_DIR [--json] [--split test]
+        [--retriever bm25|dense|hybrid]
     python -m harness_app.harness single-bm25 BEIR_DIR [--k 5 10 30] [--limit N] [--json]
 
 `eval` writes one JSON row per query and run to --out (JSONL) and prints the aggregate as
@@ -25,6 +26,11 @@ runs in this one process and reports each of the reference's metrics as mean and
 across runs: a table, or with --json one object with a `conditions` list; --csv writes the
 reference's CSV columns with the means. The work is `ablate.matrix_run`, which the web app's
 ablation matrices call too.
+
+Every command takes `--retriever bm25|dense|hybrid` (default bm25): the search tools of
+`eval` and `ablate` then use it, and `bench-retrieval` scores it (nDCG@10, recall@10/30/100).
+Dense and hybrid need the `dense` extra; their embeddings are built beside the cached BM25
+index on first use (retrieval/hybrid.py).
 
 `--reward-preset` picks the reward weights by name (`reward.REWARD_PRESETS`: default,
 harness1, library_default); `harness1` is the paper's reward for 40-turn episodes.
@@ -135,14 +141,21 @@ def _check_folder(folder: str, split: str) -> Path:
     return path
 
 
-def _open_retriever(folder: Path, index_dir: str | None) -> Retriever:
+def _open_retriever(folder: Path, index_dir: str | None, kind: str = "bm25") -> Retriever:
     # Imported here so that `--help` and input errors never pay for numpy and the index.
     from harness_app.harness.retrieval import BM25IndexError, open_index
+    from harness_app.harness.retrieval.dense import DenseIndexError
+    from harness_app.harness.retrieval.encoder import EncoderUnavailableError
+    from harness_app.harness.retrieval.hybrid import dense_build, retriever_open
 
     try:
-        return open_index(folder, Path(index_dir) if index_dir else default_index_dir())
+        bm25 = open_index(folder, Path(index_dir) if index_dir else default_index_dir())
     except (BM25IndexError, OSError) as exc:
         raise CliError(f"cannot open or build the BM25 index: {exc}") from None
+    try:
+        return retriever_open(kind, bm25, build=dense_build)
+    except (DenseIndexError, EncoderUnavailableError) as exc:
+        raise CliError(f"cannot open the {kind} retriever: {exc}") from None
 
 
 def _load_queries(folder: Path, split: str, limit: int | None) -> list[QuerySpec]:
@@ -328,7 +341,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         answer_step = answer_step_from_args(args)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    retriever = _open_retriever(folder, args.index_dir)
+    retriever = _open_retriever(folder, args.index_dir, args.retriever)
     config = HarnessConfig(max_turns=args.max_turns)
     started = time.perf_counter()
     summaries = []
@@ -403,7 +416,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     if args.csv and not Path(args.csv).resolve().parent.is_dir():
         raise CliError(f"cannot write {args.csv}: its folder does not exist")
     queries = _load_queries(folder, args.split, args.limit)
-    retriever = _open_retriever(folder, args.index_dir)
+    retriever = _open_retriever(folder, args.index_dir, args.retriever)
     config = HarnessConfig(max_turns=args.max_turns)
     started = time.perf_counter()
     entries = matrix_run(
@@ -446,28 +459,43 @@ def _print_matrix(
 
 
 def cmd_bench_retrieval(args: argparse.Namespace) -> int:
-    from harness_app.harness.retrieval import evaluate_beir
-
     folder = _check_folder(args.beir_dir, args.split)
-    # evaluate_beir rebuilds its target from scratch, so never hand it the shared cache
-    # directory itself: give it a sub-directory of its own.
-    target = Path(args.index_dir) / f"bench-{folder.name}" if args.index_dir else None
-    result = evaluate_beir(folder, args.split, index_dir=target)
+    result = _bench_retrieval(folder, args)
     if args.json:
         print(json.dumps(result))
     else:
         print(
-            f"{result['dataset']} ({result['split']}, {result['queries']} queries, "
-            f"{result['documents']} docs): nDCG@10 {result['ndcg@10']:.4f}  "
-            f"recall@100 {result['recall@100']:.4f}  {result['queries_per_s']} queries/s"
+            f"{result['dataset']} ({result['split']}, {result['retriever']}, "
+            f"{result['queries']} queries, {result['documents']} docs): "
+            f"nDCG@10 {result['ndcg@10']:.4f}  recall@10 {result['recall@10']:.4f}  "
+            f"recall@30 {result['recall@30']:.4f}  recall@100 {result['recall@100']:.4f}  "
+            f"{result['queries_per_s']} queries/s"
         )
     return 0
+
+
+def _bench_retrieval(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from harness_app.harness.retrieval import evaluate_beir
+    from harness_app.harness.retrieval.dense import DenseIndexError
+    from harness_app.harness.retrieval.encoder import EncoderUnavailableError
+    from harness_app.harness.retrieval.evaluate import evaluate_retriever
+
+    if args.retriever == "bm25":
+        # evaluate_beir rebuilds its target from scratch, so never hand it the shared cache
+        # directory itself: give it a sub-directory of its own.
+        target = Path(args.index_dir) / f"bench-{folder.name}" if args.index_dir else None
+        return evaluate_beir(folder, args.split, index_dir=target)
+    index_dir = Path(args.index_dir) if args.index_dir else default_index_dir()
+    try:
+        return evaluate_retriever(folder, args.split, retriever=args.retriever, index_dir=index_dir)
+    except (DenseIndexError, EncoderUnavailableError) as exc:
+        raise CliError(f"cannot open the {args.retriever} retriever: {exc}") from None
 
 
 def cmd_single_bm25(args: argparse.Namespace) -> int:
     folder = _check_folder(args.beir_dir, args.split)
     queries = _load_queries(folder, args.split, args.limit)
-    retriever = _open_retriever(folder, args.index_dir)
+    retriever = _open_retriever(folder, args.index_dir, args.retriever)
     result: dict[str, Any] = {"dataset": folder.name, "split": args.split, "n": len(queries)}
     for k in sorted(set(args.k)):
         if k < 1:
@@ -495,7 +523,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_eval(commands)
     _add_ablate(commands)
-    bench = _command(commands, "bench-retrieval", cmd_bench_retrieval, "BM25 nDCG@10/recall@100")
+    bench = _command(
+        commands, "bench-retrieval", cmd_bench_retrieval, "nDCG@10/recall@k of a retriever"
+    )
     bench.add_argument("--json", action="store_true", help="print the result as JSON")
     single = _command(commands, "single-bm25", cmd_single_bm25, "plain BM25 recall@k")
     single.add_argument("--k", type=int, nargs="+", default=[5, 10, 30], help="cut-offs")
@@ -512,6 +542,12 @@ def _command(
     sub.add_argument("beir_dir", metavar="BEIR_DIR", help="folder with corpus.jsonl etc.")
     sub.add_argument("--split", default="test", help="qrels split (default: test)")
     sub.add_argument("--index-dir", help="BM25 index cache (default: user cache dir)")
+    sub.add_argument(
+        "--retriever",
+        choices=("bm25", "dense", "hybrid"),
+        default="bm25",
+        help="the search tool's retriever (default: bm25)",
+    )
     return sub
 
 
