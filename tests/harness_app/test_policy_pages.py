@@ -25,6 +25,7 @@ def _form(**overrides: Any) -> dict[str, Any]:
         "tool_parser": "hermes",
         "context_mode": "append",
         "context_limit": "",
+        "retriever": "bm25",
         "verifier": "lexical",
         "verifier_base_url": "",
         "verifier_model": "",
