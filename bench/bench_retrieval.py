@@ -334,6 +334,63 @@ def worker_tantivy_serve(work: Path, queries: list[str]) -> dict[str, Any]:
     }
 
 
+def worker_interleaved(work: Path, queries: list[str], rounds: int = 3) -> dict[str, Any]:
+    """Ours and tantivy in one process, query by query in turn, so that a change of load
+    falls on both alike; the best of `rounds` rounds of CPU q/s for each.
+
+    Ours returns the top k's document ids (what the harness needs). tantivy is timed twice:
+    to its document addresses alone, as in its serve worker, and to the same ids, read
+    from its stored `position` field, so that both return the same thing.
+    """
+    import tantivy
+
+    ours = BM25Index.load(work / "ours")
+    index = tantivy_open(work / "tantivy")
+    index.reload()
+    searcher = index.searcher()
+    schema = index.schema
+    should = tantivy.Occur.Should
+
+    def addresses(query: str) -> list[tuple[float, Any]]:
+        terms = analyze(query)
+        if not terms:
+            return []
+        clauses = [(should, tantivy.Query.term_query(schema, TANTIVY_FIELD, t)) for t in terms]
+        hits: list[tuple[float, Any]] = searcher.search(
+            tantivy.Query.boolean_query(clauses), K, count=False
+        ).hits
+        return hits
+
+    def ids(query: str) -> list[str]:
+        return [f"s{searcher.doc(a)['position'][0]}" for _, a in addresses(query)]
+
+    engines = {
+        "ours": lambda q: ours.search(q, K),
+        "tantivy": addresses,
+        "tantivy_ids": ids,
+    }
+    for query in queries[:WARMUP]:
+        for search in engines.values():
+            search(query)
+    best = dict.fromkeys(engines, 0.0)
+    for _ in range(rounds):
+        spent = dict.fromkeys(engines, 0.0)
+        for query in queries:
+            for name, search in engines.items():
+                started = time.thread_time()
+                search(query)
+                spent[name] += time.thread_time() - started
+        for name, seconds in spent.items():
+            best[name] = max(best[name], len(queries) / max(seconds, 1e-9))
+    return {
+        "queries": len(queries),
+        "rounds": rounds,
+        **{f"{name}_cpu_qps": round(value, 1) for name, value in best.items()},
+        "ours_over_tantivy": round(best["ours"] / best["tantivy"], 3),
+        "ours_over_tantivy_ids": round(best["ours"] / best["tantivy_ids"], 3),
+    }
+
+
 def run_worker(args: argparse.Namespace) -> None:
     work = Path(args.work)
     queries = json.loads(Path(args.queries_file).read_text()) if args.queries_file else []
@@ -347,6 +404,7 @@ def run_worker(args: argparse.Namespace) -> None:
         "bm25s-build": lambda: worker_bm25s_build(work, args.k1, args.b),
         "bm25s-serve": lambda: worker_bm25s_serve(work, queries),
         "rank-bm25": lambda: worker_rank_bm25(work, queries, args.k1, args.b),
+        "interleaved": lambda: worker_interleaved(work, queries),
     }
     print(json.dumps(workers[args.worker]()))
 
@@ -418,6 +476,10 @@ def bench_size(
             served = spawn("tantivy-serve", work, params, queries=queries[: args.queries])
             build_s = round(analysis_s + built["index_s"], 2)
             rows.append({"size": size, "engine": "tantivy", "build_s": build_s, **built, **served})
+        if args.interleaved and {"ours", "tantivy"} <= set(engines):
+            log(f"[{size}] ours and tantivy interleaved in one process")
+            both = spawn("interleaved", work, params, queries=queries[: args.queries])
+            rows.append({"size": size, "engine": "interleaved", **both})
         if "bm25s" in engines:
             log(f"[{size}] bm25s: index, then serve")
             built = spawn("bm25s-build", work, params)
@@ -458,6 +520,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        if r["engine"] == "interleaved":
+            continue
         load = "—" if r.get("load_s") is None else f"{r['load_s']:.3f}"
         print(
             f"| {r['size']:,} | {r['engine']} | {r['build_s']:.1f} | {load} | {r['p50_ms']:.2f} "
@@ -474,6 +538,15 @@ def qps(value: float) -> str:
 def print_summary(rows: list[dict[str, Any]]) -> None:
     for size in sorted({r["size"] for r in rows}):
         by = {r["engine"]: r for r in rows if r["size"] == size}
+        both = by.pop("interleaved", None)
+        if both:
+            print(
+                f"{size:,} docs, interleaved CPU q/s: ours {both['ours_cpu_qps']:,.0f}, "
+                f"tantivy {both['tantivy_cpu_qps']:,.0f} (ours / tantivy "
+                f"{both['ours_over_tantivy']:.2f}), tantivy to ids "
+                f"{both['tantivy_ids_cpu_qps']:,.0f} "
+                f"(ours / tantivy {both['ours_over_tantivy_ids']:.2f})"
+            )
         ours = by.get("ours")
         if not ours:
             continue
@@ -525,6 +598,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--workdir", default=str(Path(tempfile.gettempdir()) / "harness-bench-retrieval")
     )
     parser.add_argument("--json", default="", help="also write the rows to this file")
+    parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="also time ours and tantivy query by query in one process (CPU q/s)",
+    )
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--work", default="", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", default="", help=argparse.SUPPRESS)

@@ -273,6 +273,11 @@ LOGGING = {
 DENSE_EMBEDDINGS = env_str("DENSE_EMBEDDINGS", "never")
 if DENSE_EMBEDDINGS not in ("auto", "always", "never"):
     raise ImproperlyConfigured(f"DENSE_EMBEDDINGS={DENSE_EMBEDDINGS!r}: use auto, always or never")
+# Exact dense KNN, or an HNSW graph (faiss, built beside the embeddings on first use):
+# "exact", "hnsw", or "auto" (the graph above 200,000 documents). docs/retrieval.md.
+DENSE_ANN = env_str("DENSE_ANN", "exact")
+if DENSE_ANN not in ("exact", "hnsw", "auto"):
+    raise ImproperlyConfigured(f"DENSE_ANN={DENSE_ANN!r}: use exact, hnsw or auto")
 EPISODE_STALE_AFTER_S = env_int("EPISODE_STALE_AFTER_S", 300)
 VLLM_TIMEOUT_S = env_int("VLLM_TIMEOUT_S", 120)
 VLLM_RETRIES = env_int("VLLM_RETRIES", 3)

@@ -11,8 +11,9 @@ is rebuilt, synchronously, by whichever process needs it, and the row says so me
 After BM25 the index task embeds the documents for the dense and hybrid retrievers
 (settings.DENSE_EMBEDDINGS: when the dense extra is installed, always, or never); the row
 reads "embedding" with `index_progress` in percent meanwhile, and "ready" once both are
-done. BM25 is usable throughout: a failed embedding leaves the row ready, with the reason
-in `index_error`, and no embeddings on disk.
+done; so it does while an HNSW graph is built for a dense search (settings.DENSE_ANN).
+BM25 is usable throughout: a failed embedding leaves the row ready, with the reason in
+`index_error`, and no embeddings on disk.
 These functions write only the status columns of Corpus, which is why they live here rather
 than in services.py: the index lifecycle is one concern with its files.
 """
@@ -101,12 +102,17 @@ def corpus_searcher(corpus: Corpus, kind: str = BM25) -> Retriever:
         searcher = _searchers.get(key)
         if searcher is None:
             bm25 = corpus_retriever(corpus)
+            graph_progress = _ProgressWriter(corpus, IndexStatus.EMBEDDING)
             searcher = retriever_open(
                 kind,
                 bm25,
                 encoder=default_encoder(),
                 build=lambda index, encoder: _embed(corpus, index, encoder),
+                ann=settings.DENSE_ANN,
+                graph_progress=graph_progress,
             )
+            if graph_progress.started:  # an HNSW graph was built (DENSE_ANN)
+                _status_set(corpus, IndexStatus.READY, path=str(bm25.directory))
             _searchers[key] = searcher
         return searcher
 
@@ -173,17 +179,9 @@ def corpus_embeddings_ensure(corpus: Corpus, index: BM25Index) -> DenseIndex:
 def _embed(corpus: Corpus, index: BM25Index, encoder: Encoder) -> DenseIndex:
     """Embed the corpus beside its BM25 index, with progress on the row."""
     _status_set(corpus, IndexStatus.EMBEDDING)
-    last = [0.0, -1]  # time and percent of the last progress write
-
-    def progress(done: int, total: int) -> None:
-        percent = 100 * done // max(total, 1)
-        now = time.monotonic()
-        if percent != last[1] and (now - last[0] >= PROGRESS_EVERY_S or percent == 100):
-            Corpus.objects.filter(pk=corpus.pk).update(index_progress=percent)
-            corpus.index_progress = percent
-            last[:] = [now, percent]
-
     Corpus.objects.filter(pk=corpus.pk).update(index_progress=0)
+    progress = _ProgressWriter(corpus, IndexStatus.EMBEDDING)
+    progress.started = True
     try:
         dense = DenseIndex.build(
             index.directory,
@@ -201,6 +199,27 @@ def _embed(corpus: Corpus, index: BM25Index, encoder: Encoder) -> DenseIndex:
     logger.info("embedded the %s documents of corpus %s", len(dense), corpus.name)
     _status_set(corpus, IndexStatus.READY, path=str(index.directory))
     return dense
+
+
+class _ProgressWriter:
+    """A progress callback (done, total) that keeps `index_progress` in percent on the
+    row, at most once per PROGRESS_EVERY_S; the first call marks the row `status`."""
+
+    def __init__(self, corpus: Corpus, status: str) -> None:
+        self.corpus, self.status = corpus, status
+        self.started = False
+        self.last = (0.0, -1)  # time and percent of the last write
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.started:
+            self.started = True
+            _status_set(self.corpus, self.status)
+        percent = 100 * done // max(total, 1)
+        now = time.monotonic()
+        if percent != self.last[1] and (now - self.last[0] >= PROGRESS_EVERY_S or percent == 100):
+            Corpus.objects.filter(pk=self.corpus.pk).update(index_progress=percent)
+            self.corpus.index_progress = percent
+            self.last = (now, percent)
 
 
 def _build(corpus: Corpus) -> BM25Index:

@@ -154,7 +154,7 @@ def _open_retriever(folder: Path, index_dir: str | None, kind: str = "bm25") -> 
         raise CliError(f"cannot open or build the BM25 index: {exc}") from None
     try:
         return retriever_open(kind, bm25, build=dense_build)
-    except (DenseIndexError, EncoderUnavailableError) as exc:
+    except (DenseIndexError, EncoderUnavailableError, ValueError) as exc:
         raise CliError(f"cannot open the {kind} retriever: {exc}") from None
 
 

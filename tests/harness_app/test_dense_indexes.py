@@ -140,6 +140,42 @@ def test_never_skips_the_embeddings(
     assert encoder.encoded == 54
 
 
+def test_dense_ann_hnsw_builds_the_graph_with_progress_and_searches_it(
+    corpus: Corpus, settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("faiss", reason="faiss-cpu (the dense extra) is not installed")
+    _use(monkeypatch, WordEncoder())
+    tasks.corpus_index_build(corpus.pk)
+    settings.DENSE_ANN = "hnsw"
+    seen: list[tuple[str, int]] = []
+    from harness_app.harness.retrieval import ann
+
+    original = ann._build
+
+    def watched_build(dense, neighbours, ef_construction, progress):
+        def watch(done: int, total: int) -> None:
+            progress(done, total)
+            row = Corpus.objects.get(pk=corpus.pk)
+            seen.append((row.index_status, row.index_progress))
+
+        original(dense, neighbours, ef_construction, watch)
+
+    monkeypatch.setattr(ann, "_build", watched_build)
+
+    searcher = indexes.corpus_searcher(corpus, RetrieverKind.DENSE)
+
+    assert isinstance(searcher, DenseRetriever) and searcher.dense.ann is not None
+    assert seen == [(IndexStatus.EMBEDDING, 100)]
+    assert (dense_folder(corpus.index_path) / ann.GRAPH).is_file()
+    corpus.refresh_from_db()
+    assert corpus.index_status == IndexStatus.READY
+    hits = searcher.search("Vell lamp inventor", k=3)
+    exact = indexes.retriever_open(
+        "dense", indexes.corpus_retriever(corpus), encoder=WordEncoder(), ann="exact"
+    )
+    assert [h.doc_id for h in hits] == [h.doc_id for h in exact.search("Vell lamp inventor", 3)]
+
+
 def test_an_episode_searches_with_its_policys_retriever(
     corpus: Corpus, monkeypatch: pytest.MonkeyPatch
 ) -> None:

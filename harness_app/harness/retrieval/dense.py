@@ -13,9 +13,12 @@ The embeddings live in the BM25 index's folder, in a sub-folder `dense/`:
 The folder is written under a temporary name and renamed into place when complete, so a
 reader never sees half of it; an index built with another encoder, or for other content,
 is refused with an error that says which. Search is exact: the query vector times the
-matrix, a block of rows at a time (numpy has no float16 BLAS, so each block is widened to
-float32 first), then a partial sort. At 100k documents that is a few milliseconds
-(bench/bench_dense.py); an approximate index would only pay off far above that.
+matrix, then a partial sort. numpy has no float16 BLAS and widens float16 slowly (about
+0.3 s per query at 100k rows), so the first search widens the whole matrix to float32 in
+memory once when it fits `WIDEN_BELOW_BYTES` (146 MB at 100k x 384), and a product is
+then one BLAS call (about 25 ms at 100k, bench/bench_dense.py); a bigger matrix is
+widened a block at a time per query. Far above 100k, an HNSW graph (ann.py) answers
+instead when DENSE_ANN asks for one.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -50,7 +54,8 @@ FOLDER = "dense"
 MANIFEST = "manifest.json"
 EMBEDDINGS = "embeddings.npy"
 _ENCODE_CHUNK = 4096  # documents whose texts are held in memory at once while building
-_SEARCH_BLOCK = 32768  # rows widened to float32 at a time while searching
+_SEARCH_BLOCK = 8192  # rows widened to float32 at a time while searching a big matrix
+WIDEN_BELOW_BYTES = 1 << 30  # float32 copies up to this size are kept in memory
 
 # Called with (documents embedded so far, documents in all).
 BuildProgress = Callable[[int, int], None]
@@ -81,6 +86,9 @@ class DenseIndex:
         self.manifest = manifest
         self.matrix = load_array(folder / EMBEDDINGS)
         self.ids = StringTable(folder, "ids")
+        self.ann: Any = None  # an ann.HnswIndex when DENSE_ANN chose the graph
+        self._widened: npt.NDArray[np.float32] | None = None
+        self._widen_lock = threading.Lock()
         if self.matrix.shape != (manifest["documents"], manifest["dimension"]):
             raise DenseIndexError(
                 f"{folder}: {EMBEDDINGS} has shape {self.matrix.shape}, the manifest says "
@@ -112,7 +120,7 @@ class DenseIndex:
         Concurrent builders are serialised by a file lock; one that waited finds the
         embeddings made and opens them instead of embedding the corpus again.
         """
-        with _build_lock(dense_folder(index_directory).with_name(".dense.lock")):
+        with build_lock(dense_folder(index_directory).with_name(".dense.lock")):
             try:
                 return cls.load(
                     index_directory, encoder_name=encoder.name, content_hash=content_hash
@@ -147,29 +155,55 @@ class DenseIndex:
         self, vector: FloatMatrix, k: int, exclude: Collection[str] = frozenset()
     ) -> list[tuple[str, float]]:
         """The k rows nearest to unit `vector` by cosine, as (doc id, score), best first;
-        ties go to the earlier document."""
+        ties go to the earlier document. Exact, unless an HNSW graph is attached."""
         if k <= 0 or not len(self):
             return []
-        scores = self.scores(vector)
+        excluded = None
         if exclude:
-            positions = self.ids.lookup_many(list(exclude))
-            scores[positions[positions >= 0]] = -np.inf
+            excluded = self.ids.lookup_many(list(exclude))
+            excluded = excluded[excluded >= 0]
+        if self.ann is not None:
+            positions, found = self.ann.search(self._query(vector), k, excluded)
+            pairs = zip(positions.tolist(), found.tolist(), strict=True)
+            return [(self.ids[position], score) for position, score in pairs]
+        scores = self.scores(vector)
+        if excluded is not None:
+            scores[excluded] = -np.inf
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.lexsort((top, -scores[top]))]
         return [(self.ids[p], float(scores[p])) for p in top.tolist() if scores[p] > -np.inf]
 
     def scores(self, vector: FloatMatrix) -> npt.NDArray[np.float32]:
+        """Cosine of unit `vector` with every row."""
+        query = self._query(vector)
+        widened = self._widened_matrix()
+        if widened is not None:
+            return np.matmul(widened, query)
+        out = np.empty(len(self), dtype=np.float32)
+        block = np.empty((min(_SEARCH_BLOCK, len(self)), self.matrix.shape[1]), np.float32)
+        for start in range(0, len(self), _SEARCH_BLOCK):
+            rows = self.matrix[start : start + _SEARCH_BLOCK]
+            widened_rows = block[: len(rows)]
+            widened_rows[...] = rows
+            np.matmul(widened_rows, query, out=out[start : start + len(rows)])
+        return out
+
+    def _query(self, vector: FloatMatrix) -> npt.NDArray[np.float32]:
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if query.shape[0] != self.matrix.shape[1]:
             raise ValueError(
                 f"query has {query.shape[0]} dimensions, the index {self.matrix.shape[1]}"
             )
-        out = np.empty(len(self), dtype=np.float32)
-        for start in range(0, len(self), _SEARCH_BLOCK):
-            block = self.matrix[start : start + _SEARCH_BLOCK].astype(np.float32)
-            np.matmul(block, query, out=out[start : start + _SEARCH_BLOCK])
-        return out
+        return query
+
+    def _widened_matrix(self) -> npt.NDArray[np.float32] | None:
+        """The matrix as float32 in memory, made on first use, if it fits the limit."""
+        if self._widened is None and self.matrix.size * 4 <= WIDEN_BELOW_BYTES:
+            with self._widen_lock:
+                if self._widened is None:
+                    self._widened = np.asarray(self.matrix, dtype=np.float32)
+        return self._widened
 
 
 def _build(
@@ -205,7 +239,7 @@ def _build(
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
+def build_lock(path: Path) -> Iterator[None]:
     with open(path, "a") as handle:
         if fcntl is not None:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
+from harness_app.harness.retrieval.ann import HnswIndex, ann_mode, wants_graph
 from harness_app.harness.retrieval.bm25 import BM25Index
 from harness_app.harness.retrieval.dense import DenseIndex, DenseIndexError
 from harness_app.harness.retrieval.encoder import Encoder, FloatMatrix, default_encoder
@@ -131,11 +132,19 @@ def retriever_open(
     *,
     encoder: Encoder | None = None,
     build: DenseBuilder | None = None,
+    ann: str | None = None,
+    graph_progress: Callable[[int, int], None] | None = None,
 ) -> Retriever:
     """The `kind` retriever over `bm25`. Dense and hybrid open the embeddings in the
     index's folder; when they are missing or stale, `build` makes them if given, else the
     DenseIndexError says what is wrong. EncoderUnavailableError when the encoder's
-    packages are not installed."""
+    packages are not installed.
+
+    `ann` (exact, hnsw or auto; default: the DENSE_ANN environment variable, else exact)
+    chooses exact KNN or an HNSW graph (ann.py), built beside the embeddings on first use
+    (`graph_progress` is called with rows inserted and rows in all meanwhile).
+    """
+    mode = ann_mode(ann)
     if kind == BM25:
         return bm25
     if kind not in RETRIEVERS:
@@ -149,6 +158,8 @@ def retriever_open(
         if build is None:
             raise
         dense = build(bm25, encoder)
+    if wants_graph(mode, len(dense)):
+        dense.ann = HnswIndex.ensure(dense, progress=graph_progress)
     knn = DenseRetriever(bm25, dense, encoder)
     return knn if kind == DENSE else HybridRetriever(bm25, knn)
 
