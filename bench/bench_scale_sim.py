@@ -4,7 +4,7 @@ upstream with injected latency, on PostgreSQL and Redis, while a trainer pulls a
 Prints figures, asserts nothing. Run from the project root (PostgreSQL and Redis up):
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/harness_scale \\
-    CELERY_BROKER_URL=redis://127.0.0.1:6379/25 \\
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python bench/bench_scale_sim.py --queries 128 --group-size 8 --turns 40 \\
         --workers 2 --concurrency 16 --latency-s 0.5
 
