@@ -11,7 +11,7 @@ from django.db.models import Model
 
 from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
 from harness_app.ids import MAX_ID, as_id, id_problem
-from harness_app.models import Benchmark, PolicyConfig
+from harness_app.models import Benchmark, PolicyConfig, RetrieverKind
 from trajectories.models import (
     ENDED_REASONS,
     TERMINATION_REASONS,
@@ -289,6 +289,12 @@ class AblationMatrixLaunchForm(forms.Form):
     )
     max_turns = forms.IntegerField(
         initial=40, widget=forms.NumberInput({"min": 1, "max": MAX_TURNS_LIMIT})
+    )
+    retriever = forms.ChoiceField(
+        choices=RetrieverKind.choices,
+        initial=RetrieverKind.BM25,
+        help_text="What every condition's search tool ranks with. Dense and hybrid embed "
+        "the corpus first if it has no embeddings yet (minutes per 10,000 documents on a CPU).",
     )
     conditions = forms.MultipleChoiceField(
         choices=[(name, name) for name in REFERENCE_CONDITIONS],

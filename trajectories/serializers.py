@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
 from harness_app.ids import MAX_ID
-from harness_app.models import Benchmark, PolicyConfig
+from harness_app.models import Benchmark, PolicyConfig, RetrieverKind
 from harness_app.serializers import RowIdField
 from trajectories.models import (
     AblationMatrix,
@@ -131,6 +131,11 @@ class AblationMatrixCreateSerializer(serializers.Serializer[Any]):
     runs = serializers.IntegerField(default=1, help_text="1 to 20")
     query_limit = serializers.IntegerField(required=False, allow_null=True, default=None)
     max_turns = serializers.IntegerField(default=40, help_text="1 to 200")
+    retriever = serializers.ChoiceField(
+        choices=RetrieverKind.choices,
+        default=RetrieverKind.BM25,
+        help_text="what every condition's search tool ranks with",
+    )
     conditions = serializers.ListField(
         child=serializers.ChoiceField(choices=list(REFERENCE_CONDITIONS)),
         required=False,
@@ -157,6 +162,7 @@ class AblationMatrixSerializer(serializers.ModelSerializer[AblationMatrix]):
             "benchmark",
             "benchmark_name",
             "policy",
+            "retriever",
             "conditions",
             "runs",
             "query_limit",

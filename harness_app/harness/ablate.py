@@ -127,6 +127,7 @@ def matrix_report(
     max_turns: int,
     wall_seconds: float,
     reward_preset: str = "default",
+    retriever: str = "bm25",
 ) -> dict[str, Any]:
     """The matrix as one JSON object: its settings and the `conditions` list."""
     return {
@@ -136,6 +137,7 @@ def matrix_report(
         "runs": runs,
         "max_turns": max_turns,
         "reward_preset": reward_preset,
+        "retriever": retriever,
         "wall_seconds": round(wall_seconds, 2),
         "conditions": list(entries),
     }

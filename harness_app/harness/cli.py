@@ -446,6 +446,7 @@ def _print_matrix(
             runs=args.runs,
             max_turns=args.max_turns,
             reward_preset=args.reward_preset,
+            retriever=args.retriever,
             wall_seconds=took,
         )
         print(json.dumps(report))

@@ -191,6 +191,7 @@ def test_an_unreachable_broker_fails_the_row_and_runs_nothing(
         ({"conditions": []}, "conditions", "choose at least one condition"),
         ({"conditions": ["minus_magic"]}, "conditions", "unknown condition(s) 'minus_magic'"),
         ({"policy": "gpt"}, "policy", "policy 'gpt' cannot run in-process; choose one of: base"),
+        ({"retriever": "splade"}, "retriever", "unknown retriever 'splade'; choose one of: bm25"),
     ],
 )
 def test_bad_parameters_name_their_field_and_write_nothing(demo_benchmark, kwargs, field, message):
@@ -198,6 +199,47 @@ def test_bad_parameters_name_their_field_and_write_nothing(demo_benchmark, kwarg
         ablation_matrix_create(benchmark=demo_benchmark, **kwargs)
     assert raised.value.field == field
     assert not AblationMatrix.objects.exists()
+
+
+def test_a_matrix_searches_with_its_retriever_and_says_so(
+    demo_benchmark, django_capture_on_commit_callbacks, monkeypatch, researcher_api
+):
+    from harness_app import indexes
+    from tests.harness.test_dense import WordEncoder
+
+    monkeypatch.setattr(indexes, "default_encoder", WordEncoder)
+    opened: list[str] = []
+    original = indexes.corpus_searcher
+
+    def spy(corpus: Any, kind: str = "bm25") -> Any:
+        opened.append(kind)
+        return original(corpus, kind)
+
+    monkeypatch.setattr(indexes, "corpus_searcher", spy)
+    with django_capture_on_commit_callbacks():
+        response = researcher_api.post(
+            "/api/ablation-matrices/",
+            {
+                "benchmark": demo_benchmark.pk,
+                "retriever": "hybrid",
+                "query_limit": 1,
+                "conditions": ["full"],
+            },
+            format="json",
+        )
+    assert response.status_code == 201, response.json()
+    assert response.json()["retriever"] == "hybrid"
+    matrix = _run(AblationMatrix.objects.get(pk=response.json()["id"]))
+    assert matrix.status == MatrixStatus.DONE, matrix.error
+    assert opened == ["hybrid"]
+    assert matrix.result["retriever"] == "hybrid"
+    indexes.corpus_retrievers_forget()
+    refused = researcher_api.post(
+        "/api/ablation-matrices/",
+        {"benchmark": demo_benchmark.pk, "retriever": "splade"},
+        format="json",
+    )
+    assert refused.status_code == 400 and "retriever" in refused.json()
 
 
 # --- the launch form ------------------------------------------------------------------------
@@ -210,6 +252,7 @@ def _form_data(benchmark: Any, **overrides: Any) -> dict[str, Any]:
         "runs": 2,
         "query_limit": 3,
         "max_turns": 40,
+        "retriever": "bm25",
         "conditions": ["minus_verify", "full"],
     }
     return data | overrides

@@ -11,6 +11,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from harness_app.models import RetrieverKind
+
 
 class MatrixStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
@@ -25,6 +27,12 @@ class AblationMatrix(models.Model):
     )
     policy = models.CharField(
         max_length=50, default="baseline", help_text="an in-process harness policy by name"
+    )
+    retriever = models.CharField(
+        max_length=10,
+        choices=RetrieverKind.choices,
+        default=RetrieverKind.BM25,
+        help_text="what every condition's search tool ranks with",
     )
     conditions = models.JSONField(default=list, help_text="reference condition names, in order")
     runs = models.PositiveIntegerField(default=1)

@@ -25,6 +25,7 @@ from harness_app.harness.ablate import Progress, matrix_report, matrix_run
 from harness_app.harness.ablation import REFERENCE_CONDITIONS, reference_conditions
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.policies import POLICY_FACTORIES
+from harness_app.harness.retrieval.hybrid import RETRIEVERS
 from harness_app.harness.types import QuerySpec
 from harness_app.models import Benchmark, Qrel
 from trajectories.models import AblationMatrix, MatrixStatus
@@ -72,12 +73,19 @@ def ablation_matrix_create(
     query_limit: int | None = None,
     conditions: Sequence[str] | None = None,
     max_turns: int = 40,
+    retriever: str = "bm25",
     created_by: Any = None,
 ) -> AblationMatrix:
     """Write a queued matrix and send its one task once committed.
 
-    `conditions` are reference condition names (default: all, in the reference's order).
+    `conditions` are reference condition names (default: all, in the reference's order);
+    `retriever` (bm25, dense or hybrid) is what every condition's search tool ranks with.
     """
+    if retriever not in RETRIEVERS:
+        raise MatrixParameterError(
+            f"unknown retriever {retriever!r}; choose one of: {', '.join(RETRIEVERS)}",
+            field="retriever",
+        )
     if policy not in POLICY_FACTORIES:
         raise MatrixParameterError(
             f"policy {policy!r} cannot run in-process; choose one of: "
@@ -108,6 +116,7 @@ def ablation_matrix_create(
         runs=runs,
         query_limit=query_limit,
         max_turns=max_turns,
+        retriever=retriever,
         episodes_total=len(names) * runs * queries,
         created_by=created_by if getattr(created_by, "pk", None) else None,
     )
@@ -184,7 +193,7 @@ def _matrix_claim(matrix_id: int) -> AblationMatrix | None:
 
 
 def _matrix_play(matrix: AblationMatrix) -> dict[str, Any]:
-    from harness_app.indexes import corpus_retriever
+    from harness_app.indexes import corpus_searcher
 
     benchmark = Benchmark.objects.select_related("corpus").get(pk=matrix.benchmark_id)
     conditions = reference_conditions(matrix.conditions)
@@ -196,7 +205,7 @@ def _matrix_play(matrix: AblationMatrix) -> dict[str, Any]:
         AblationMatrix.objects.filter(pk=matrix.pk).update(episodes_total=total)
         matrix.episodes_total = total
     started = time.perf_counter()
-    retriever = corpus_retriever(benchmark.corpus)
+    retriever = corpus_searcher(benchmark.corpus, matrix.retriever)
     entries = matrix_run(
         retriever,
         queries,
@@ -213,6 +222,7 @@ def _matrix_play(matrix: AblationMatrix) -> dict[str, Any]:
         policy=matrix.policy,
         runs=matrix.runs,
         max_turns=matrix.max_turns,
+        retriever=matrix.retriever,
         wall_seconds=time.perf_counter() - started,
     )
 
