@@ -272,8 +272,9 @@ def run_episodes(
     rng = random.Random(seed)
     timings: dict[str, list[float]] = defaultdict(list)
     for query in rng.sample(queries, min(episodes, len(queries))):
-        if WORKER_GC:
-            gc_policy.gc_between_tasks()  # an episode is one task in a worker
+        if WORKER_GC:  # an episode is one task in a worker (one at a time: prefork)
+            gc_policy.gc_between_tasks()
+            gc_policy.gc_task_started()
         if cold:
             clear_caches(retriever)
         env = SearchHarness(retriever, config=HarnessConfig())

@@ -108,10 +108,12 @@ class BackendSampler(threading.Thread):
     others): pg_stat_activity's pids sampled twice a second, each backend's last reading
     kept. A backend that lives less than a sampling interval is missed."""
 
-    def __init__(self) -> None:
+    def __init__(self, worker_pids: list[int] | None = None) -> None:
         super().__init__(daemon=True)
         self.seen: dict[int, float] = {}
         self.stop = threading.Event()
+        self.worker_pids = worker_pids or []
+        self.worker_rss_mb: dict[int, float] = {}  # each worker's largest resident set
 
     def run(self) -> None:
         from django.db import connection
@@ -128,9 +130,24 @@ class BackendSampler(threading.Thread):
                     used = cpu_seconds([pid])
                     if used:
                         self.seen[pid] = used
+                for pid in self.worker_pids:
+                    rss = resident_mb(pid)
+                    self.worker_rss_mb[pid] = max(rss, self.worker_rss_mb.get(pid, 0.0))
                 self.stop.wait(0.5)
         finally:
             connection.close()
+
+
+def resident_mb(pid: int) -> float:
+    """A process's resident set in MB from /proc (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def table_sizes() -> dict[str, tuple[int, int]]:
@@ -289,7 +306,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "upstream": lambda: [upstream.pid],
         }
         cpu0 = {k: cpu_seconds(f()) for k, f in parts.items()}
-        sampler = BackendSampler()
+        sampler = BackendSampler([w.pid for w in workers])
         sampler.start()
         started = time.perf_counter()
         request = rollout_request_create(
@@ -352,6 +369,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "bytes_per_episode_by_table": {
             t: round(b / max(finished, 1)) for t, b in sorted(sizes.items()) if b > 0
         },
+        "worker_peak_rss_mb": sorted(round(v) for v in sampler.worker_rss_mb.values()),
         "cpu_s": {k: round(v, 1) for k, v in cpu.items()},
         "cpu_utilisation_of_one_core": {k: round(v / wall, 2) for k, v in cpu.items()},
     }

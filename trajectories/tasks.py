@@ -9,7 +9,13 @@ from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import task_postrun, worker_init, worker_process_init, worker_ready
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+)
 from django.conf import settings
 from django.db import OperationalError
 
@@ -102,6 +108,11 @@ def _gc_setup(**_: Any) -> None:
     in the main process, before the pool forks (children share the frozen pages), and
     again in each pool process after its own set-up."""
     gc_policy.gc_setup()
+
+
+@task_prerun.connect
+def _gc_task_started(**_: Any) -> None:
+    gc_policy.gc_task_started()
 
 
 @task_postrun.connect
