@@ -17,7 +17,7 @@ from celery.signals import (
     worker_ready,
 )
 from django.conf import settings
-from django.db import OperationalError
+from django.db import OperationalError, reset_queries
 
 from harness_app import queues
 from harness_app.harness import gc_policy
@@ -117,4 +117,9 @@ def _gc_task_started(**_: Any) -> None:
 
 @task_postrun.connect
 def _gc_between_tasks(**_: Any) -> None:
+    # With DEBUG on (the default outside production), every connection keeps the text of
+    # its last 9,000 queries, token blobs included; Django clears it per web request,
+    # nothing did per task. Thread-pool workers hold one connection per thread, and in
+    # the full-scale simulation these logs alone grew each worker by gigabytes.
+    reset_queries()
     gc_policy.gc_between_tasks()

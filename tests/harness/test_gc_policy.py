@@ -96,3 +96,20 @@ def weakref_to(obj: list[object]) -> weakref.ref[list[object]]:
     marker = _Ref()
     obj.append(marker)
     return weakref.ref(marker)
+
+
+@pytest.mark.django_db
+def test_a_task_leaves_no_query_log_behind(restored_gc, settings) -> None:
+    """With DEBUG on, each connection logs its queries (token blobs and all); a worker
+    clears the log after every task, as Django does after every request."""
+    from django.db import connection
+
+    from harness_app.models import Benchmark
+
+    settings.DEBUG = True  # pytest-django turns it off; the worker's default is on
+    worker_process_init.send(sender=None)
+    task_prerun.send(sender=_EagerTask)
+    list(Benchmark.objects.all())
+    assert connection.queries
+    task_postrun.send(sender=_EagerTask)
+    assert connection.queries == []
