@@ -18,9 +18,10 @@ Freezing is only safe when no other task of the process is under way. A thread-p
 worker (`--pool=threads`) runs several episodes at once: freezing when one ends would
 make the others' live objects permanent, and when those episodes end, the cycles among
 their objects (an episode's state, its prompts and token lists) would never be
-collected. The full-scale simulation (bench/bench_scale_sim.py, 4 workers x 8 threads)
-found exactly that: each worker grew by about 24 MB an episode, to 6 GB, and one was
-killed by the kernel's OOM killer. So the worker counts its tasks in flight
+collected. (This came up while finding why workers of the full-scale simulation,
+bench/bench_scale_sim.py with 4 workers x 8 threads, grew to 6 GB until one was killed
+for memory; most of that growth was the query log that trajectories/tasks.py now clears
+after each task.) So the worker counts its tasks in flight
 (`gc_task_started`): the task that leaves the process idle collects and freezes; a task
 that ends while others run collects without freezing, a full collection every
 BUSY_FULL_EVERY such ends (young generations otherwise), so the garbage of ended
