@@ -350,8 +350,9 @@ class FakeOpenAIServer:
                 http.close_connection = True
                 return
             if n == self.hold_stream_after:
-                http.wfile.flush()
+                # Set before the flush: a client that holds these events may check it.
                 self.holding.set()
+                http.wfile.flush()
                 self.hold_expired = not self.release.wait(STREAM_HOLD_S)
             http.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
         http.wfile.write(b"0\r\n\r\n")

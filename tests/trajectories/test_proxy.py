@@ -183,7 +183,7 @@ def test_a_stream_reaches_the_agent_event_by_event(client, settings, session_and
         pieces = iter(response.streaming_content)
         assert next(pieces) == b""  # the headers go out before the first event
         first = next(pieces)
-        assert fake.holding.is_set() and not fake.hold_expired
+        assert fake.holding.wait(10) and not fake.hold_expired
         assert first.startswith(b"data: ")
         assert not ModelCall.objects.filter(episode=session.episode).exists()
         fake.release.set()
