@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -294,20 +295,15 @@ def worker_tantivy_build(work: Path) -> dict[str, Any]:
     }
 
 
-def worker_tantivy_serve(work: Path, queries: list[str]) -> dict[str, Any]:
-    """Single queries, top 10, no hit count (counting would switch off tantivy's pruning).
-
-    tantivy fixes k1=1.2 and b=0.75 and keeps BM25's (k1 + 1) factor, which Lucene 8+
-    (and our index) drop: its scores are ours times 2.2 when ours uses the same k1 and b.
-    """
+def tantivy_searcher(work: Path) -> tuple[Any, Callable[[str], list[tuple[float, Any]]]]:
+    """The opened tantivy searcher and a search: our analysed terms OR-ed, top K as
+    (score, document address), no hit count (counting would switch off its pruning)."""
     import tantivy
 
-    started = time.perf_counter()
     index = tantivy_open(work / "tantivy")
     index.reload()
     searcher = index.searcher()
     schema = index.schema
-    load_s = time.perf_counter() - started
     should = tantivy.Occur.Should
 
     def search(query: str) -> list[tuple[float, Any]]:
@@ -320,6 +316,20 @@ def worker_tantivy_serve(work: Path, queries: list[str]) -> dict[str, Any]:
         ).hits
         return hits
 
+    return searcher, search
+
+
+def worker_tantivy_serve(work: Path, queries: list[str]) -> dict[str, Any]:
+    """Single queries, top 10, no hit count (counting would switch off tantivy's pruning).
+
+    tantivy fixes k1=1.2 and b=0.75 and keeps BM25's (k1 + 1) factor, which Lucene 8+
+    (and our index) drop: its scores are ours times 2.2 when ours uses the same k1 and b.
+    """
+    import tantivy  # noqa: F401  (the module's import is not part of the load time)
+
+    started = time.perf_counter()
+    searcher, search = tantivy_searcher(work)
+    load_s = time.perf_counter() - started
     latencies, found = time_queries(search, queries)
     # Document ids are read back afterwards, outside the timed part, for the overlap check.
     top = [[f"s{searcher.doc(a)['position'][0]}" for _, a in hits] for hits in found[:200]]
@@ -342,24 +352,8 @@ def worker_interleaved(work: Path, queries: list[str], rounds: int = 3) -> dict[
     to its document addresses alone, as in its serve worker, and to the same ids, read
     from its stored `position` field, so that both return the same thing.
     """
-    import tantivy
-
     ours = BM25Index.load(work / "ours")
-    index = tantivy_open(work / "tantivy")
-    index.reload()
-    searcher = index.searcher()
-    schema = index.schema
-    should = tantivy.Occur.Should
-
-    def addresses(query: str) -> list[tuple[float, Any]]:
-        terms = analyze(query)
-        if not terms:
-            return []
-        clauses = [(should, tantivy.Query.term_query(schema, TANTIVY_FIELD, t)) for t in terms]
-        hits: list[tuple[float, Any]] = searcher.search(
-            tantivy.Query.boolean_query(clauses), K, count=False
-        ).hits
-        return hits
+    searcher, addresses = tantivy_searcher(work)
 
     def ids(query: str) -> list[str]:
         return [f"s{searcher.doc(a)['position'][0]}" for _, a in addresses(query)]

@@ -101,21 +101,25 @@ class HnswIndex:
         Concurrent builders wait on the embeddings' lock; one that waited opens the graph
         the other made.
         """
+        found = cls._load_if_sound(dense)
+        if found is not None:
+            return found
+        with build_lock(dense.folder.with_name(".hnsw.lock")):
+            found = cls._load_if_sound(dense)
+            if found is not None:
+                return found
+            _build(dense, neighbours, ef_construction, progress)
+        return cls.load(dense)
+
+    @classmethod
+    def _load_if_sound(cls, dense: DenseIndex) -> HnswIndex | None:
+        """The graph, or None when it must be (re)built; a missing faiss still raises."""
         try:
             return cls.load(dense)
         except AnnUnavailableError:
             raise
         except DenseIndexError:
-            pass
-        with build_lock(dense.folder.with_name(".hnsw.lock")):
-            try:
-                return cls.load(dense)
-            except AnnUnavailableError:
-                raise
-            except DenseIndexError:
-                pass
-            _build(dense, neighbours, ef_construction, progress)
-        return cls.load(dense)
+            return None
 
     @classmethod
     def load(cls, dense: DenseIndex) -> HnswIndex:
