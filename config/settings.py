@@ -278,6 +278,11 @@ if DENSE_EMBEDDINGS not in ("auto", "always", "never"):
 DENSE_ANN = env_str("DENSE_ANN", "exact")
 if DENSE_ANN not in ("exact", "hnsw", "auto"):
     raise ImproperlyConfigured(f"DENSE_ANN={DENSE_ANN!r}: use exact, hnsw or auto")
+# BM25's unpruned ranking: "auto" (compiled with Numba when it imports), "numba" or "numpy".
+# The harness reads the same variable (harness/retrieval/kernel.py); checked here at start.
+BM25_KERNEL = env_str("BM25_KERNEL", "auto")
+if BM25_KERNEL not in ("auto", "numba", "numpy"):
+    raise ImproperlyConfigured(f"BM25_KERNEL={BM25_KERNEL!r}: use auto, numba or numpy")
 EPISODE_STALE_AFTER_S = env_int("EPISODE_STALE_AFTER_S", 300)
 VLLM_TIMEOUT_S = env_int("VLLM_TIMEOUT_S", 120)
 VLLM_RETRIES = env_int("VLLM_RETRIES", 3)

@@ -21,6 +21,7 @@ from django.db import OperationalError, reset_queries
 
 from harness_app import queues
 from harness_app.harness import gc_policy
+from harness_app.harness.retrieval import kernel
 from trajectories.rollout import episode_run
 from trajectories.services import ablations, harness_runs, rollouts
 
@@ -99,6 +100,17 @@ def _recover_on_start(**_: Any) -> None:
         harness_runs.harness_runs_recover(in_hand=in_hand)
     except Exception:
         log.exception("could not recover the matrices and runs of dead workers at worker start")
+
+
+@worker_init.connect
+def _bm25_warm_up(**_: Any) -> None:
+    """Compile BM25's scorer once, before the pool forks (harness/retrieval/kernel.py):
+    every pool process inherits it instead of paying about half a second on a first
+    search. A failure is logged here and raised, with its reason, by that first search."""
+    try:
+        kernel.warm_up(settings.BM25_KERNEL)
+    except Exception:
+        log.exception("could not load BM25's compiled scorer at worker start")
 
 
 @worker_init.connect

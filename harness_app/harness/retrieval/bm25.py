@@ -22,6 +22,10 @@ into a dense float32 buffer (one per thread, reused and re-zeroed only where it 
 touched) and selects the top k with argpartition. When the rows are short compared with
 the corpus, only the touched documents are considered, so a query costs time in
 proportion to its postings, not to the corpus size.
+
+The unpruned path runs as one compiled loop where Numba is installed (kernel.py chooses,
+after BM25_KERNEL): the same arithmetic in the same order, so the same hits and scores, in
+one call instead of about 25 NumPy calls, whose overhead is most of a small corpus's query.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from harness_app.harness.retrieval.builder import (
     POSTINGS_WEIGHTS,
     IndexBuilder,
 )
+from harness_app.harness.retrieval.kernel import Kernel, load_kernel
 from harness_app.harness.retrieval.pruning import (
     Postings,
     Row,
@@ -62,7 +67,12 @@ from harness_app.harness.retrieval.pruning import (
     exact_scores,
     sorted_unique,
 )
-from harness_app.harness.retrieval.store import DocumentStore, StringTable, load_array
+from harness_app.harness.retrieval.store import (
+    DocumentStore,
+    StringTable,
+    load_array,
+    lookup_keys,
+)
 from harness_app.harness.text import ANALYZER_VERSION, analyze
 from harness_app.harness.types import Document, SearchHit
 
@@ -83,6 +93,10 @@ _ROW_CACHE_LIMIT = 100_000
 # Documents whose decoded analysis is kept, about 18 kB each: the size of the caches the
 # computed analysis uses (compress.py, dedup.py, graph.py), which then stay empty.
 _ANALYSIS_CACHE = 16384
+# The compiled scorer keeps the best k by insertion: above this k, NumPy's sort ranks.
+_KERNEL_MAX_K = 128
+_NO_POSITIONS = np.empty(0, dtype=np.int64)
+_UNRESOLVED = object()
 
 
 class BM25IndexError(Exception):
@@ -100,7 +114,9 @@ class StaleIndexError(BM25IndexError):
 class BM25Index:
     """Retriever over one corpus. Build with `build`, reopen with `load`."""
 
-    def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
+    def __init__(
+        self, directory: Path, manifest: dict[str, Any], *, kernel: str | None = None
+    ) -> None:
         self.directory = directory
         self.manifest = manifest
         self._store = DocumentStore(directory)
@@ -126,6 +142,8 @@ class BM25Index:
         # Decoded analyses of recently shown documents: the samples of a GRPO group, and
         # questions over the same corpus, show the same documents again. Thread-safe.
         self._decoded = lru_cache(maxsize=_ANALYSIS_CACHE)(self._decode_analysis)
+        self._kernel_mode = kernel
+        self._kernel: Any = _UNRESOLVED  # imported on the first search (kernel.py)
 
     # --- construction ---------------------------------------------------------------
 
@@ -162,14 +180,19 @@ class BM25Index:
         return cls.load(target)
 
     @classmethod
-    def load(cls, directory: Path | str, *, expected_content_hash: str = "") -> BM25Index:
-        """Open an index; StaleIndexError or CorruptIndexError when it can't be trusted."""
+    def load(
+        cls, directory: Path | str, *, expected_content_hash: str = "", kernel: str | None = None
+    ) -> BM25Index:
+        """Open an index; StaleIndexError or CorruptIndexError when it can't be trusted.
+
+        `kernel` (auto, numba or numpy) overrides BM25_KERNEL for this index (kernel.py).
+        """
         path = Path(directory)
         manifest = _read_manifest(path)
         if expected_content_hash and manifest["content_hash"] != expected_content_hash:
             raise StaleIndexError(f"{path} indexes other content (corpus hash differs)")
         try:
-            return cls(path, manifest)
+            return cls(path, manifest, kernel=kernel)
         except (OSError, ValueError) as exc:
             raise CorruptIndexError(f"{path}: {exc}") from exc
 
@@ -246,19 +269,33 @@ class BM25Index:
         self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
     ) -> list[SearchHit]:
         """Top-k documents by BM25; ties go to the earlier document in corpus order."""
-        return self._search(query, k, exclude, prune=True)
+        return self._search(query, k, exclude, prune=True, kernel=self.kernel)
+
+    @property
+    def kernel(self) -> Kernel | None:
+        """The compiled loops this index searches with, or None for NumPy (kernel.py)."""
+        return self.choose_kernel()
+
+    def choose_kernel(self) -> Kernel | None:
+        """Check BM25_KERNEL (or the index's own choice) and load the compiled loops now,
+        rather than on the first search: ValueError for an unknown choice,
+        KernelUnavailableError when `numba` was asked for and cannot be had."""
+        if self._kernel is _UNRESOLVED:
+            self._kernel = load_kernel(self._kernel_mode)
+        return self._kernel
 
     def search_exhaustive(
         self, query: str, k: int = 10, exclude: Collection[str] = frozenset()
     ) -> list[SearchHit]:
         """`search` without pruning: every matching document is scored and ranked.
 
-        The same results, more slowly; the reference the pruned search is checked against.
+        The same results, more slowly; the reference the pruned search and the compiled
+        scorer are checked against (always NumPy).
         """
-        return self._search(query, k, exclude, prune=False)
+        return self._search(query, k, exclude, prune=False, kernel=None)
 
     def _search(
-        self, query: str, k: int, exclude: Collection[str], *, prune: bool
+        self, query: str, k: int, exclude: Collection[str], *, prune: bool, kernel: Kernel | None
     ) -> list[SearchHit]:
         if k <= 0 or not len(self):
             return []
@@ -271,21 +308,33 @@ class BM25Index:
         found_positions = None
         if prune and len(self) > _PRUNE_ABOVE and _postings(rows) > _PRUNE_ABOVE:
             found_positions = candidates(self._postings, rows, k, excluded, self._buffer())
-        if found_positions is None:
-            positions, scores = self._score(rows, excluded, k)
-        else:
+        if found_positions is not None:
             scores = exact_scores(self._postings, rows, found_positions, self._buffer())
             positions = found_positions.astype(np.int64)
+        elif kernel is not None and k <= _KERNEL_MAX_K:
+            best, best_scores = kernel.top_k(
+                self._docs,
+                self._weights,
+                np.array(rows, dtype=np.int64),
+                self._buffer(),
+                _NO_POSITIONS if excluded is None else excluded,
+                k,
+            )
+            return self._hits(best, best_scores)
+        else:
+            positions, scores = self._score(rows, excluded, k)
         top = _top_k(positions, scores, k)
-        best = positions[top]
+        return self._hits(positions[top], scores[top])
+
+    def _hits(self, best: IntArray, scores: ScoreArray) -> list[SearchHit]:
         found = self._store.ids.get_many(best)
         # The caller usually asks for these documents next; spare it the id lookups.
         if len(self._positions) > _ROW_CACHE_LIMIT:
             self._positions.clear()  # other threads only ever .get() from it
         self._positions.update(zip(found, best.tolist(), strict=True))
         return [
-            SearchHit(doc_id=doc_id, score=score, rank=rank)
-            for rank, (doc_id, score) in enumerate(zip(found, scores[top].tolist(), strict=True), 1)
+            SearchHit(doc_id, score, rank)
+            for rank, (doc_id, score) in enumerate(zip(found, scores.tolist(), strict=True), 1)
         ]
 
     # --- scoring ----------------------------------------------------------------------
@@ -305,14 +354,31 @@ class BM25Index:
 
     def _look_up_rows(self, terms: list[str]) -> dict[str, tuple[int, int, int]]:
         """Postings slices and rows of `terms` ((0, 0, -1) when absent), remembered."""
-        found = {}
-        for term, row in zip(terms, self._terms.lookup_many(terms).tolist(), strict=True):
-            start, end = self._indptr[row : row + 2].tolist() if row >= 0 else (0, 0)
-            found[term] = (start, end, row)
+        kernel = self.kernel
+        if kernel is not None:
+            wanted, encoded, bounds = lookup_keys(terms)
+            table = self._terms.lookup_arrays()
+            slices = kernel.term_rows(*table, self._indptr, wanted, encoded, bounds).tolist()
+            found = dict(zip(terms, map(tuple, slices), strict=True))
+        else:
+            found = self._look_up_rows_numpy(terms)
         if len(self._rows) > _ROW_CACHE_LIMIT:
             self._rows.clear()  # other threads only ever .get() from it, so this is safe
         self._rows.update(found)
         return found
+
+    def _look_up_rows_numpy(self, terms: list[str]) -> dict[str, tuple[int, int, int]]:
+        rows = self._terms.lookup_many(terms)
+        if not len(self._terms):
+            return dict.fromkeys(terms, (0, 0, -1))
+        known = np.maximum(rows, 0)
+        starts, ends = self._indptr[known], self._indptr[known + 1]
+        return {
+            term: (start, end, row) if row >= 0 else (0, 0, -1)
+            for term, row, start, end in zip(
+                terms, rows.tolist(), starts.tolist(), ends.tolist(), strict=True
+            )
+        }
 
     def _buffer(self) -> ScoreArray:
         """Per-thread scratch of one score per document, kept all-zero between queries."""

@@ -143,8 +143,10 @@ def retriever_open(
     `ann` (exact, hnsw or auto; default: the DENSE_ANN environment variable, else exact)
     chooses exact KNN or an HNSW graph (ann.py), built beside the embeddings on first use
     (`graph_progress` is called with rows inserted and rows in all meanwhile).
+    BM25_KERNEL is checked here too (ValueError, KernelUnavailableError: kernel.py).
     """
     mode = ann_mode(ann)
+    bm25.choose_kernel()  # a bad BM25_KERNEL fails here, not on the first search
     if kind == BM25:
         return bm25
     if kind not in RETRIEVERS:

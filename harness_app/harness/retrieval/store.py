@@ -17,6 +17,7 @@ import itertools
 import mmap
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,6 +34,24 @@ def string_hash(value: str) -> int:
     """A stable 64-bit hash (Python's hash() is salted per process, so it can't be stored)."""
     digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+def string_hashes(values: Sequence[str]) -> npt.NDArray[np.uint64]:
+    """`string_hash` of each of `values`, as one array (without a Python int each)."""
+    return _hashes_of([value.encode("utf-8", "surrogatepass") for value in values])
+
+
+def lookup_keys(values: Sequence[str]) -> tuple[Any, Any, Any]:
+    """What a compiled lookup (kernel.py) takes for `values`: their hashes, their UTF-8
+    bytes end to end, and where each one starts and ends in those bytes."""
+    encoded = [value.encode("utf-8", "surrogatepass") for value in values]
+    bounds = np.fromiter(accumulate(map(len, encoded), initial=0), np.int64, len(encoded) + 1)
+    return _hashes_of(encoded), np.frombuffer(b"".join(encoded), np.uint8), bounds
+
+
+def _hashes_of(encoded: list[bytes]) -> npt.NDArray[np.uint64]:
+    digests = b"".join(hashlib.blake2b(value, digest_size=8).digest() for value in encoded)
+    return np.frombuffer(digests, dtype="<u8").astype(np.uint64, copy=False)
 
 
 class ContentHasher:
@@ -130,6 +149,7 @@ class StringTable:
         self._offsets = load_array(directory / f"{name}.offsets.npy")
         self._hashes = load_array(directory / f"{name}.hashes.npy")
         self._order = load_array(directory / f"{name}.order.npy")
+        self._blob_bytes: Any = None  # the blob as a uint8 array, for lookup_arrays
         size = len(self._offsets) - 1
         if size < 0 or len(self._hashes) != size or len(self._order) != size:
             raise ValueError(f"string table {name!r} has inconsistent array lengths")
@@ -163,16 +183,33 @@ class StringTable:
         """Position of `value`, or -1."""
         return int(self.lookup_many([value])[0])
 
+    def lookup_arrays(self) -> tuple[Any, Any, Any, Any]:
+        """(sorted hashes, their positions, string offsets, strings as bytes): the table
+        as a compiled lookup reads it (kernel.py)."""
+        if self._blob_bytes is None:
+            self._blob_bytes = np.frombuffer(self._blob, np.uint8)
+        return self._hashes, self._order, self._offsets, self._blob_bytes
+
     def lookup_many(self, values: Sequence[str]) -> Int64Array:
         """Positions of `values` (-1 for each one absent), with one searchsorted for all."""
         found = np.full(len(values), -1, dtype=np.int64)
         if not values or not len(self):
             return found
-        wanted = np.fromiter((string_hash(v) for v in values), np.uint64, len(values))
-        starts = np.searchsorted(self._hashes, wanted)
-        maybe = self._hashes[np.minimum(starts, len(self) - 1)] == wanted
-        for i in np.flatnonzero(maybe).tolist():
-            found[i] = self._scan(values[i], wanted[i], int(starts[i]))
+        wanted = string_hashes(values)
+        starts = np.minimum(np.searchsorted(self._hashes, wanted), len(self) - 1)
+        maybe = np.flatnonzero(self._hashes[starts] == wanted)
+        if not len(maybe):
+            return found
+        # The first string with the hash is almost always the one: check them all at once,
+        # and scan on from there only after a 64-bit collision.
+        first = self._order[starts[maybe]]
+        for i, position, stored in zip(
+            maybe.tolist(), first.tolist(), self.get_many(first), strict=True
+        ):
+            if stored == values[i]:
+                found[i] = position
+            else:
+                found[i] = self._scan(values[i], wanted[i], int(starts[i]) + 1)
         return found
 
     def _scan(self, value: str, wanted: np.uint64, start: int) -> int:
