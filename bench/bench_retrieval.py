@@ -349,8 +349,9 @@ def worker_tantivy_serve(work: Path, queries: list[str]) -> dict[str, Any]:
 
 
 def worker_interleaved(work: Path, queries: list[str], rounds: int = 3) -> dict[str, Any]:
-    """Ours and tantivy in one process, query by query in turn, so that a change of load
-    falls on both alike; the best of `rounds` rounds of CPU q/s for each.
+    """Ours and tantivy in one process, query by query in turn (in a random order each
+    query), so that a change of load falls on both alike; the best of `rounds`
+    rounds of CPU q/s for each.
 
     Ours returns the top k's document ids (what the harness needs); it is timed with the
     scorer BM25_KERNEL chooses (`ours`, compiled when Numba is installed) and with NumPy
@@ -375,12 +376,16 @@ def worker_interleaved(work: Path, queries: list[str], rounds: int = 3) -> dict[
         for search in engines.values():
             search(query)
     best = dict.fromkeys(engines, 0.0)
+    names, shuffle = list(engines), random.Random(SEED).shuffle
     for _ in range(rounds):
         spent = dict.fromkeys(engines, 0.0)
         for query in queries:
-            for name, search in engines.items():
+            # Each query's engines in a new random order: those after the first may find
+            # what the query reads already in the CPU's caches.
+            shuffle(names)
+            for name in names:
                 started = time.thread_time()
-                search(query)
+                engines[name](query)
                 spent[name] += time.thread_time() - started
         for name, seconds in spent.items():
             best[name] = max(best[name], len(queries) / max(seconds, 1e-9))
