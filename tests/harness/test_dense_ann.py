@@ -6,6 +6,7 @@ errors. The graph needs faiss (the dense extra); those tests skip, saying so, wi
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -218,3 +219,51 @@ def test_exact_search_is_the_same_widened_in_memory_or_block_by_block(built, mon
         assert [doc_id for doc_id, _ in a] == [doc_id for doc_id, _ in b]
         assert np.allclose([s for _, s in a], [s for _, s in b], atol=1e-5)
     assert widened._widened is not None and blockwise._widened is None
+
+
+
+OPEN_IN_A_FRESH_PROCESS = """
+import sys
+from harness_app.harness.retrieval import BM25Index
+from harness_app.harness.retrieval.ann import HnswIndex
+from harness_app.harness.retrieval.dense import DenseIndex
+
+def anonymous_kb():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssAnon:"))
+
+bm25 = BM25Index.load(sys.argv[1])
+dense = DenseIndex.load(bm25.directory, encoder_name="table-test")
+import faiss  # noqa: F401 (its own memory is not the graph's)
+before = anonymous_kb()
+graph = HnswIndex.load(dense)
+positions, _ = graph.search(dense.matrix[123].astype("float32"), 5)
+print(int(positions[0]), (anonymous_kb() - before) / 1024)
+"""
+
+
+@needs_faiss
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc")
+def test_the_graph_maps_its_vectors_instead_of_copying_them(tmp_path) -> None:
+    """Each worker process opens the graph; its float32 vectors (the bulk of it) must be
+    shared through the page cache, not copied into every process's private memory."""
+    rows, dimension = 10_000, 384  # 15 MB of float32 vectors
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((rows, dimension)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    encoder = TableEncoder(matrix)
+    encoder.dimension = dimension
+    docs = [Document(f"doc{i}", "", f"word{i % 17} d{i}") for i in range(rows)]
+    bm25 = BM25Index.build(docs, tmp_path / "index", analysis=False)
+    dense = DenseIndex.build(bm25.directory, docs, encoder, count=rows, content_hash="")
+    HnswIndex.ensure(dense, neighbours=16, ef_construction=40)
+    opened = subprocess.run(
+        [sys.executable, "-c", OPEN_IN_A_FRESH_PROCESS, str(bm25.directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    nearest, grown_mb = opened.stdout.split()
+    assert int(nearest) == 123
+    assert float(grown_mb) < 6, f"opening the graph took {grown_mb} MB of private memory"
