@@ -221,7 +221,6 @@ def test_exact_search_is_the_same_widened_in_memory_or_block_by_block(built, mon
     assert widened._widened is not None and blockwise._widened is None
 
 
-
 OPEN_IN_A_FRESH_PROCESS = """
 import sys
 from harness_app.harness.retrieval import BM25Index
