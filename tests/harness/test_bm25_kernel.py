@@ -151,19 +151,26 @@ def test_warm_up_compiles_what_queries_use(built):
     assert kernel.warm_up("numpy") is False
 
 
-def test_compiled_term_lookup_equals_numpy(tmp_path):
+def test_the_three_term_lookups_agree(tmp_path, monkeypatch):
+    """A small vocabulary read into a dict, the compiled hash search and NumPy's."""
     words = ["straße", "naïve", "東京", "w1x", "a", "zz" * 40, "δοκιμή"]
     docs = [Document(f"u{i}", "", " ".join(words[: i % len(words) + 1])) for i in range(50)]
     docs += generated_corpus(seed=3, size=300)
     BM25Index.build(docs, tmp_path / "idx", analysis=False)
+    eager = BM25Index.load(tmp_path / "idx", kernel="numpy")
+    assert eager.small_vocabulary() is not None  # read now, under the default limit
+    monkeypatch.setattr(bm25_module, "_EAGER_VOCABULARY", 10)  # the others: too big to read
     compiled = BM25Index.load(tmp_path / "idx", kernel="numba")
     plain = BM25Index.load(tmp_path / "idx", kernel="numpy")
+    assert compiled.small_vocabulary() is None and plain.small_vocabulary() is None
     vocabulary = list(compiled._terms)
     asked = vocabulary + ["absent", "w1", "w1xx", "", "東", "straß"]
     found = compiled._look_up_rows(asked)
-    assert found == plain._look_up_rows(asked)
+    assert found == plain._look_up_rows(asked) == eager._look_up_rows(asked)
     assert [found[term][2] for term in vocabulary] == list(range(len(vocabulary)))
     assert found["absent"] == found["w1xx"] == found[""] == (0, 0, -1)
+    query = "straße naïve w1x w3x absent"
+    assert as_pairs(compiled.search(query)) == as_pairs(eager.search(query))
 
 
 def test_term_lookup_compares_strings_after_a_hash_collision():
