@@ -26,6 +26,8 @@ proportion to its postings, not to the corpus size.
 The unpruned path runs as one compiled loop where Numba is installed (kernel.py chooses,
 after BM25_KERNEL): the same arithmetic in the same order, so the same hits and scores, in
 one call instead of about 25 NumPy calls, whose overhead is most of a small corpus's query.
+A query's terms are found in a per-process cache, else in the vocabulary: read whole into a
+dict by the first search when it is small, else looked up by hash (compiled, or NumPy).
 """
 
 from __future__ import annotations
