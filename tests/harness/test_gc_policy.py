@@ -107,7 +107,10 @@ def test_a_task_leaves_no_query_log_behind(restored_gc, settings) -> None:
     from harness_app.models import Benchmark
 
     settings.DEBUG = True  # pytest-django turns it off; the worker's default is on
-    worker_process_init.send(sender=None)
+    # The set-up directly, not through worker_process_init: once any test has sent
+    # worker_init, Celery's Django fix-up closes every database connection on that signal,
+    # this test's included (it failed so when the suite ran in a shuffled order).
+    gc_policy.gc_setup()
     task_prerun.send(sender=_EagerTask)
     list(Benchmark.objects.all())
     assert connection.queries
