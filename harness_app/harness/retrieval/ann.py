@@ -11,7 +11,7 @@ against exact search is in docs/retrieval.md). `DENSE_ANN` chooses:
 
 The graph lives in the embeddings' folder as `hnsw.faiss` with `hnsw.json`, which names
 the embeddings it was built from (their count and corpus hash) and its parameters. It is
-opened with its float32 vectors memory-mapped, not read: processes share them. It is
+opened memory-mapped, not read: processes share its vectors and links. It is
 built on first use from the float16 matrix, a block at a time, on one thread so that the
 same embeddings always give the same graph (and so the same search results), written
 under a temporary name and renamed into place, manifest last. A graph for other
@@ -135,8 +135,8 @@ class HnswIndex:
                 f"({found}, these are {expected})"
             )
         try:
-            # The vectors stay in the file, mapped (the links are read): every process
-            # that opens the graph shares one copy of them in the page cache.
+            # The vectors and the links stay in the file, mapped: every process that
+            # opens the graph shares one copy of them in the page cache.
             graph = faiss.read_index(str(dense.folder / GRAPH), faiss.IO_FLAG_MMAP_IFC)
         except RuntimeError as exc:  # faiss reports I/O and format errors this way
             raise DenseIndexError(f"{dense.folder / GRAPH} is unreadable: {exc}") from exc

@@ -363,14 +363,14 @@ class BM25Index:
 
     def _look_up_rows(self, terms: list[str]) -> dict[str, tuple[int, int, int]]:
         """Postings slices and rows of `terms` ((0, 0, -1) when absent), remembered."""
-        vocabulary, kernel = self.small_vocabulary(), self.kernel
+        vocabulary = self.small_vocabulary()
         if vocabulary is not None:
             indptr = self._indptr
             found = {}
             for term in terms:
                 row = vocabulary.get(term, -1)
                 found[term] = (indptr.item(row), indptr.item(row + 1), row) if row >= 0 else _ABSENT
-        elif kernel is not None:
+        elif (kernel := self.kernel) is not None:
             wanted, encoded, bounds = lookup_keys(terms)
             table = self._terms.lookup_arrays()
             slices = kernel.term_rows(*table, self._indptr, wanted, encoded, bounds).tolist()
@@ -400,11 +400,11 @@ class BM25Index:
     def _look_up_rows_numpy(self, terms: list[str]) -> dict[str, tuple[int, int, int]]:
         rows = self._terms.lookup_many(terms)
         if not len(self._terms):
-            return dict.fromkeys(terms, (0, 0, -1))
+            return dict.fromkeys(terms, _ABSENT)
         known = np.maximum(rows, 0)
         starts, ends = self._indptr[known], self._indptr[known + 1]
         return {
-            term: (start, end, row) if row >= 0 else (0, 0, -1)
+            term: (start, end, row) if row >= 0 else _ABSENT
             for term, row, start, end in zip(
                 terms, rows.tolist(), starts.tolist(), ends.tolist(), strict=True
             )

@@ -30,10 +30,15 @@ Int64Array = npt.NDArray[np.int64]
 _CHUNK = 4096  # offsets read per step when iterating, to keep numpy overhead off each item
 
 
+def _digest(encoded: bytes) -> bytes:
+    """The 8 bytes a string table stores per string and a lookup compares: one definition
+    for the writer and every reader (a little-endian uint64 read as a number)."""
+    return hashlib.blake2b(encoded, digest_size=8).digest()
+
+
 def string_hash(value: str) -> int:
     """A stable 64-bit hash (Python's hash() is salted per process, so it can't be stored)."""
-    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    return int.from_bytes(_digest(value.encode("utf-8", "surrogatepass")), "little")
 
 
 def string_hashes(values: Sequence[str]) -> npt.NDArray[np.uint64]:
@@ -50,7 +55,7 @@ def lookup_keys(values: Sequence[str]) -> tuple[Any, Any, Any]:
 
 
 def _hashes_of(encoded: list[bytes]) -> npt.NDArray[np.uint64]:
-    digests = b"".join(hashlib.blake2b(value, digest_size=8).digest() for value in encoded)
+    digests = b"".join(map(_digest, encoded))
     return np.frombuffer(digests, dtype="<u8").astype(np.uint64, copy=False)
 
 
@@ -125,8 +130,7 @@ class StringTableWriter:
     def append_encoded(self, encoded: bytes) -> None:
         self._blob.write(encoded)
         self._offsets.append(self._offsets[-1] + len(encoded))
-        digest = hashlib.blake2b(encoded, digest_size=8).digest()
-        self._hashes.append(int.from_bytes(digest, "little"))
+        self._hashes.append(int.from_bytes(_digest(encoded), "little"))
 
     def extend(self, values: Iterable[str]) -> None:
         for value in values:
