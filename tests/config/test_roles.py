@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 
@@ -62,3 +64,34 @@ def test_login_form_logs_in_with_the_demo_command(client) -> None:
     response = client.post("/login/", {"username": "annotator", "password": "harness-demo"})
     assert response.status_code == 302
     assert client.get("/").status_code == 200
+
+
+def _nav_links(page: str) -> list[str]:
+    nav = re.search(r'<nav aria-label="Main">(.*?)</nav>', page, re.S)
+    assert nav, "the page has no main nav"
+    return re.findall(r'href="([^"]+)"', nav.group(1))
+
+
+@pytest.mark.parametrize("role", [Role.RESEARCHER, Role.ANNOTATOR])
+def test_every_nav_link_opens_for_the_role_that_sees_it(client, role: Role) -> None:
+    _login(client, "someone", role)
+    links = _nav_links(client.get("/").content.decode())
+    assert "/" in links and "/episodes/" in links
+
+    refused = {link: client.get(link).status_code for link in links}
+    assert {link: code for link, code in refused.items() if code != 200} == {}
+
+
+def test_the_nav_offers_researcher_pages_to_researchers_only(client) -> None:
+    _login(client, "ann", Role.ANNOTATOR)
+    annotator_links = set(_nav_links(client.get("/").content.decode()))
+    client.logout()
+    _login(client, "rita", Role.RESEARCHER)
+    researcher_links = set(_nav_links(client.get("/").content.decode()))
+
+    assert researcher_links - annotator_links == {
+        "/batches/new/",
+        "/evaluations/",
+        "/policies/",
+        "/recordings/",
+    }
