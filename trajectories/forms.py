@@ -1,12 +1,14 @@
 """Forms of the researcher pages: the episode list's filters, the batch, ablation-matrix and
-evaluation-run launch forms, and the annotation queue's decision."""
+evaluation-run launch forms, the annotation queue's decision and the harness task form."""
 
 from __future__ import annotations
 
+import zipfile
 from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
+from django.core.files.uploadedfile import UploadedFile
 from django.db.models import Model
 
 from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
@@ -24,6 +26,12 @@ from trajectories.models import (
 from trajectories.selectors.episode_list import RANGE_FIELDS, SORTS
 from trajectories.services import evaluations
 from trajectories.services.ablations import MAX_RUNS, matrix_policies
+from trajectories.services.harness_runs import (
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    MAX_REPOSITORY_BYTES,
+    MAX_TIMEOUT_S,
+)
 from trajectories.services.rollouts import MAX_SAMPLES_PER_QUERY, MAX_TURNS_LIMIT
 from trajectories.teacher_rule import RULE_KEYS, TeacherRuleError, teacher_rule_clean
 
@@ -412,3 +420,101 @@ class RecordingCreateForm(forms.Form):
         """The overrides as the service takes them, leaving out what was left empty."""
         keys = ("model_map", "temperature", "top_p", "max_tokens")
         return {k: self.cleaned_data[k] for k in keys if self.cleaned_data[k] not in (None, {})}
+
+
+class HarnessTaskCreateForm(forms.Form):
+    """A harness task from the page. `harness_runs.harness_task_create` checks it as it checks
+    POST /api/harness-tasks/ (paths, sizes, timeouts); the view shows a refusal on the field
+    the service names. The repository comes as JSON, as in the API, or as a .zip."""
+
+    name = forms.CharField(max_length=200)
+    instruction = forms.CharField(
+        widget=forms.Textarea({"rows": 4}), help_text="What the agent is asked to do."
+    )
+    files = forms.JSONField(
+        required=False,
+        label="Files (JSON)",
+        widget=forms.Textarea({"rows": 6, "class": "mono"}),
+        help_text='The repository as {relative path: text}, e.g. {"calc.py": "def add(a, b):'
+        '\\n    return a - b\\n"}. Blank: an empty repository, or the .zip below.',
+    )
+    archive = forms.FileField(
+        required=False,
+        label="Or a .zip of the repository",
+        help_text="Text files only; a single top folder is the repository's root.",
+    )
+    eval_command = forms.CharField(
+        label="Evaluation command",
+        widget=forms.Textarea({"rows": 2, "class": "mono"}),
+        help_text="Run in the repository after the agent: exit 0 scores 1.0, anything else "
+        "0.0, unless its last line of output is reward: <number>.",
+    )
+    timeout_s = forms.IntegerField(
+        initial=600, label="Harness timeout (s)", help_text=f"1 to {MAX_TIMEOUT_S} seconds."
+    )
+    eval_timeout_s = forms.IntegerField(
+        initial=120, label="Evaluation timeout (s)", help_text=f"1 to {MAX_TIMEOUT_S} seconds."
+    )
+
+    def clean_archive(self) -> dict[str, str] | None:
+        upload = self.cleaned_data.get("archive")
+        return None if upload is None else repository_from_zip(upload)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("archive") is not None and data.get("files") not in (None, "", {}):
+            self.add_error("archive", "Give the files as JSON or as a .zip, not both.")
+        return data
+
+    def repository(self) -> Any:
+        """The files as the service takes them (it checks them), and the field they came from."""
+        archive = self.cleaned_data["archive"]
+        if archive is not None:
+            return archive
+        files = self.cleaned_data["files"]
+        return {} if files in (None, "") else files
+
+    def files_field(self) -> str:
+        return "files" if self.cleaned_data["archive"] is None else "archive"
+
+
+def repository_from_zip(upload: UploadedFile) -> dict[str, str]:
+    """{relative path: text} of a zip's files, read within the service's limits so that a
+    large or compressed-to-nothing upload is refused before it is unpacked."""
+    try:
+        with zipfile.ZipFile(upload) as archive:
+            members = [m for m in archive.infolist() if not m.is_dir()]
+            if len(members) > MAX_FILES:
+                raise forms.ValidationError(
+                    f"At most {MAX_FILES} files; the .zip has {len(members)}."
+                )
+            files, total = {}, 0
+            for member in members:
+                files[member.filename] = _member_text(archive, member)
+                total += len(files[member.filename].encode())
+                if total > MAX_REPOSITORY_BYTES:
+                    raise forms.ValidationError(
+                        f"The files come to more than {MAX_REPOSITORY_BYTES} bytes."
+                    )
+            return _strip_top_folder(files)
+    except zipfile.BadZipFile:
+        raise forms.ValidationError("This is not a .zip file.") from None
+
+
+def _member_text(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> str:
+    with archive.open(member) as stream:
+        data = stream.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise forms.ValidationError(f"{member.filename!r} is larger than {MAX_FILE_BYTES} bytes.")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise forms.ValidationError(f"{member.filename!r} is not UTF-8 text.") from None
+
+
+def _strip_top_folder(files: dict[str, str]) -> dict[str, str]:
+    # `zip -r repo.zip repo/` puts every file under repo/: that folder is the root.
+    tops = {name.split("/", 1)[0] for name in files}
+    if len(tops) != 1 or not all("/" in name for name in files):
+        return files
+    return {name.split("/", 1)[1]: text for name, text in files.items()}

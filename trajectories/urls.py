@@ -68,6 +68,7 @@ urlpatterns = [
     path("evaluations/<int:pk>/cancel/", evaluations.evaluation_cancel, name="evaluation_cancel"),
     # harness tasks (trajectories/services/harness_runs.py)
     path("harness/tasks/", harness_tasks.harness_task_list, name="harness_task_list"),
+    path("harness/tasks/new/", harness_tasks.harness_task_new, name="harness_task_new"),
     path("harness/tasks/<int:pk>/", harness_tasks.harness_task_detail, name="harness_task_detail"),
     path(
         "harness/groups/<int:pk>/", harness_tasks.harness_group_detail, name="harness_group_detail"
