@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 CONSTRAINTS := requirements/constraints.txt
 PORT ?= 8000
 
-.PHONY: run test lint install install-dev demo clean-data llm lock harnesses
+.PHONY: run test lint install install-dev install-train demo clean-data llm lock harnesses
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,16 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) install -qq -c $(CONSTRAINTS) -e '.[dev,train,dense]'
 	touch $@
 
+# What SFT and RL jobs import (PyTorch, transformers, peft, TRL): `make run` leaves them out,
+# so that the workbench starts without a gigabyte of wheels; the launch forms say so.
+$(VENV)/.installed-train: $(VENV)/.installed
+	$(PIP) install -qq -c $(CONSTRAINTS) torch==2.13.0
+	$(PIP) install -qq -c $(CONSTRAINTS) -e '.[train]'
+	touch $@
+
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
+install-train: $(VENV)/.installed-train
 
 demo: install
 	@echo "Migrating the database..."
@@ -32,7 +40,7 @@ demo: install
 	@$(PY) manage.py setup_demo
 
 run: demo
-	PORT=$(PORT) scripts/dev-server
+	PORT=$(PORT) exec scripts/dev-server
 
 # Tests get their own data directory (SQLite test file, broker folders, indexes), so a
 # `make run` in the same checkout never picks up a test's tasks.

@@ -3,6 +3,7 @@ curves, an SFT job's lineage; and the SFT export pages."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +24,9 @@ from training.rl.overlap import IdleFractions, StepSpan, idle_fractions, overlap
 from trajectories.models import RolloutBatch, RolloutGroup
 
 JOBS_PER_PAGE = 25
+# What the trainers import (the `train` extra): `make run` installs the web app alone, so a
+# fresh checkout lacks them until `make install-train`.
+TRAINER_LIBRARIES = ("torch", "transformers", "peft", "trl", "accelerate", "datasets")
 # The per-step series the job page draws (static/js/rl_job.js).
 SERIES = (
     "reward_mean",
@@ -33,6 +37,12 @@ SERIES = (
     "logprob_gap",
     "logprob_gap_max",
 )
+
+
+def trainer_libraries_missing() -> list[str]:
+    """The trainer libraries this process cannot import. In the embedded set-up the worker
+    shares this virtualenv, so the launch forms can say before a job fails on the worker."""
+    return [name for name in TRAINER_LIBRARIES if importlib.util.find_spec(name) is None]
 
 
 def rl_jobs_queryset() -> QuerySet[RLJob]:

@@ -3,7 +3,9 @@ key once, and close and revoke for the session's owner only."""
 
 from __future__ import annotations
 
+import html
 import re
+import subprocess
 from typing import Any
 
 import pytest
@@ -62,6 +64,17 @@ def test_a_researcher_sees_sessions_with_counts_in_a_fixed_number_of_queries(
 def test_the_empty_list_says_what_a_session_is(researcher_client):
     body = researcher_client.get("/recordings/").content.decode()
     assert "No recording sessions yet." in body and "POST /api/recordings/" in body
+
+
+def test_the_environment_lines_reach_an_agent_when_pasted_into_a_shell(researcher_client):
+    body = _create(researcher_client).content.decode()
+    for block, names in (("env-openai", "OPENAI"), ("env-anthropic", "ANTHROPIC")):
+        lines = re.search(rf'<pre id="{block}" class="mono">(.*?)</pre>', body, re.S).group(1)
+        # The pasted lines, then a child process as the agent: it must see both variables.
+        script = html.unescape(lines) + f'\nsh -c \'echo "${names}_BASE_URL ${names}_API_KEY"\''
+        seen = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout
+        base_url, key = seen.split()
+        assert base_url.startswith("http://testserver/proxy/hrk_") and key.startswith("hrk_")
 
 
 def test_annotators_are_refused(annotator_client):
