@@ -23,8 +23,11 @@ exit 0
 """
 
 
+COPIED = ("Makefile", "pyproject.toml", "requirements/constraints.txt", "scripts/dev-server")
+
+
 def _checkout(tmp_path: Path) -> Path:
-    for name in ("Makefile", "pyproject.toml", "requirements/constraints.txt", "scripts/dev-server"):
+    for name in COPIED:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, tmp_path / name)
     bin_dir = tmp_path / ".venv" / "bin"

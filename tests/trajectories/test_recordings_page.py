@@ -71,7 +71,7 @@ def test_the_environment_lines_reach_an_agent_when_pasted_into_a_shell(researche
     for block, names in (("env-openai", "OPENAI"), ("env-anthropic", "ANTHROPIC")):
         lines = re.search(rf'<pre id="{block}" class="mono">(.*?)</pre>', body, re.S).group(1)
         # The pasted lines, then a child process as the agent: it must see both variables.
-        script = html.unescape(lines) + f'\nsh -c \'echo "${names}_BASE_URL ${names}_API_KEY"\''
+        script = html.unescape(lines) + f"\nsh -c 'echo \"${names}_BASE_URL ${names}_API_KEY\"'"
         seen = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout
         base_url, key = seen.split()
         assert base_url.startswith("http://testserver/proxy/hrk_") and key.startswith("hrk_")
