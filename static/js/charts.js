@@ -14,6 +14,25 @@
       .replace(/</g, "‹").replace(/>/g, "›");
   }
 
+  // A label cut to at most `max` characters, "…" marking the cut (the full one goes to hover).
+  function shorten(text, max) {
+    text = String(text);
+    return text.length <= max ? text : text.slice(0, max - 1).trimEnd() + "…";
+  }
+
+  // The chart grows instead of squeezing its plot area below `minPlot` px when long tick
+  // labels or a wrapped legend take room (a strip of bars cannot be read). Called after
+  // every draw, resize included; once grown, it draws nothing more.
+  function keepPlotHeight(element, minPlot) {
+    var area = element.querySelector(".nsewdrag");
+    var figure = element.querySelector(".main-svg");
+    if (!area || !figure) return;
+    var plot = area.getBoundingClientRect().height;
+    if (plot >= minPlot - 1) return;
+    var height = figure.getBoundingClientRect().height + minPlot - plot;
+    window.Plotly.relayout(element, { height: Math.ceil(height) });
+  }
+
   function readJson(id) {
     var element = document.getElementById(id);
     return element ? JSON.parse(element.textContent) : null;
@@ -74,11 +93,13 @@
     axis: axis,
     config: { displaylogo: false, responsive: true },
     cssVar: cssVar,
+    keepPlotHeight: keepPlotHeight,
     layout: layout,
     onThemeChange: onThemeChange,
     palette: palette,
     readJson: readJson,
     safe: safe,
+    shorten: shorten,
     withPlotly: withPlotly,
   };
 })();

@@ -37,6 +37,7 @@ def test_batches_with_other_conversation_settings_are_other_rows(
     assert f'<span class="muted small">{SHORT}</span>' in page
     charts = _chart_data(page)
     assert charts["conditions"] == [f"demo · baseline · {SHORT}", f"demo · baseline · {LONG}"]
+    assert charts["condition_parts"] == [["demo", "baseline", SHORT], ["demo", "baseline", LONG]]
 
 
 def test_every_bar_has_its_standard_deviation_and_n(ran_batch) -> None:

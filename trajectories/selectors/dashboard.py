@@ -98,10 +98,16 @@ def dashboard_data() -> dict[str, Any]:
 
 def dashboard_charts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The three recall charts' data: one series per ablation over benchmark · policy ·
-    settings, each bar a mean with its standard deviation (the error bar) and n."""
-    conditions = sorted({_condition(r) for r in rows})
+    settings, each bar a mean with its standard deviation (the error bar) and n. Beside
+    each condition's label, its three parts, from which the charts make short ticks."""
+    parts = {_condition(r): [r["benchmark"], r["policy"], r["settings"]] for r in rows}
+    conditions = sorted(parts)
     ablations = sorted({r["ablation"] for r in rows})
-    charts: dict[str, Any] = {"conditions": conditions, "metrics": {}}
+    charts: dict[str, Any] = {
+        "conditions": conditions,
+        "condition_parts": [parts[c] for c in conditions],
+        "metrics": {},
+    }
     for metric in CHART_METRICS:
         series = []
         for ablation in ablations:
