@@ -352,6 +352,7 @@ SPECTACULAR_SETTINGS = {
         "EpisodeKindEnum": "trajectories.models.EpisodeKind",
         "ImportStatusEnum": "harness_app.models.ImportStatus",
         "BenchmarkSourceEnum": "harness_app.models.BenchmarkSource",
+        "PolicyKindEnum": "harness_app.models.PolicyKind",
         "ExportFormatEnum": "training.models.ExportFormat",
         "ReconstructionEnum": "training.models.Reconstruction",
         "RLStepStatusEnum": "training.models.RLStepStatus",

@@ -28,9 +28,18 @@ from harness_app.serializers import (
     BenchmarkImportSerializer,
     BenchmarkSerializer,
     ImportJobSerializer,
+    PolicyConfigSavedSerializer,
     PolicyConfigSerializer,
+    PolicyInUseSerializer,
 )
 from harness_app.services.import_jobs import import_job_create
+from harness_app.services.policies import (
+    PolicyConfigError,
+    PolicySaved,
+    policy_config_create,
+    policy_config_delete,
+    policy_config_update,
+)
 from harness_app.tokens import token_expired
 
 
@@ -106,17 +115,70 @@ class ImportJobViewSet(viewsets.ReadOnlyModelViewSet[ImportJob]):
     queryset = ImportJob.objects.order_by("-created", "-pk")
 
 
+def _saved(saved: PolicySaved, code: int) -> Response:
+    body = {**PolicyConfigSerializer(saved.policy).data, "warnings": saved.warnings}
+    headers = {"Location": f"/api/policies/{saved.policy.pk}/"} if code == 201 else None
+    return Response(body, status=code, headers=headers)
+
+
+def _refused(exc: PolicyConfigError) -> ValidationError:
+    return ValidationError({exc.field or "non_field_errors": [str(exc)]})
+
+
 class PolicyConfigViewSet(
-    mixins.CreateModelMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet[PolicyConfig],
 ):
-    """How a policy is called: the baseline, or a model behind an OpenAI-compatible server."""
+    """How a policy is called: the baseline, or a model behind an OpenAI-compatible server.
+
+    Writes go through harness_app/services/policies.py: an OpenAI-compatible config's
+    server is asked for its models; an edit of a config in use answers its new version
+    (201, a new id); a config in use is not deleted (409).
+    """
 
     serializer_class = PolicyConfigSerializer
     permission_classes = [ResearcherWrites]
     queryset = PolicyConfig.objects.order_by("name")
+
+    @extend_schema(responses={201: PolicyConfigSavedSerializer})
+    def create(self, request: Request) -> Response:
+        """A new config; a model its server does not list is refused (400, on `model`)."""
+        form = PolicyConfigSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            saved = policy_config_create(data=form.validated_data)
+        except PolicyConfigError as exc:
+            raise _refused(exc) from None
+        return _saved(saved, status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: PolicyConfigSavedSerializer, 201: PolicyConfigSavedSerializer})
+    def update(self, request: Request, pk: str | None = None) -> Response:
+        """Edit a config: in place (200) while nothing uses it, else as its next version
+        (201 with the new row; the used one is left as it is)."""
+        policy = self.get_object()
+        partial = request.method == "PATCH"
+        form = PolicyConfigSerializer(policy, data=request.data, partial=partial)
+        form.is_valid(raise_exception=True)
+        try:
+            saved = policy_config_update(policy=policy, data=form.validated_data)
+        except PolicyConfigError as exc:
+            raise _refused(exc) from None
+        return _saved(saved, status.HTTP_201_CREATED if saved.new_version else status.HTTP_200_OK)
+
+    @extend_schema(responses={200: PolicyConfigSavedSerializer, 201: PolicyConfigSavedSerializer})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        """Edit some fields of a config, as PUT does."""
+        return self.update(request, pk)
+
+    @extend_schema(responses={204: None, 409: PolicyInUseSerializer})
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        """Delete a config nothing uses; one in use is refused (409, saying what uses it)."""
+        try:
+            policy_config_delete(policy=self.get_object())
+        except PolicyConfigError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class ObtainExpiringAuthToken(ObtainAuthToken):

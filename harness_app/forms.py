@@ -67,9 +67,10 @@ def _policy_formfield(field: Any, **kwargs: Any) -> Any:
 
 
 class PolicyConfigForm(forms.ModelForm):
-    """A policy config from the page. The API's serializer checks it again (sampling keys
-    and types, the system prompt version, a model for an OpenAI-compatible policy), so the
-    page and POST /api/policies/ refuse the same things with the same words."""
+    """A policy config from the page, new or edited. The API's serializer checks it again
+    (sampling keys and types, the system prompt version, a model for an OpenAI-compatible
+    policy), so the page and POST /api/policies/ refuse the same things with the same
+    words; the view saves it through services/policies.py, never `save()`."""
 
     class Meta:
         model = PolicyConfig
@@ -112,7 +113,9 @@ class PolicyConfigForm(forms.ModelForm):
         # Imported here: the serializers module imports this one for the upload limits.
         from harness_app.serializers import PolicyConfigSerializer
 
-        checked = PolicyConfigSerializer(data=dict(cleaned))
+        # An edit is checked against the stored row, so its own name is not "taken".
+        instance = self.instance if self.instance.pk else None
+        checked = PolicyConfigSerializer(instance, data=dict(cleaned))
         if not checked.is_valid():
             for name, errors in checked.errors.items():
                 target = None if name == "non_field_errors" else name

@@ -322,6 +322,13 @@ class PolicyConfig(models.Model):
     verifier_model = models.CharField(max_length=200, blank=True)
     reranker_base_url = models.URLField(blank=True, validators=[validate_policy_base_url])
     reranker_model = models.CharField(max_length=200, blank=True)
+    # An edit of a config that batches or jobs already use writes a new row, `version` one
+    # higher, `previous` the row it was edited from (services/policies.py): the old row,
+    # and so every episode made with it, keeps its meaning.
+    version = models.PositiveIntegerField(default=1)
+    previous = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="next_versions"
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

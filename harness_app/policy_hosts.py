@@ -87,6 +87,19 @@ def service_base_url(config: Any, field: str) -> str:
     return url or settings.VLLM_BASE_URL
 
 
+def model_server_api_key(base_url: str) -> str:
+    """VLLM_API_KEY for the configured model server, TEACHER_API_KEY for the configured
+    teacher server, "" for any other: a researcher's policy may name its own server, which
+    must not receive our keys."""
+    url = base_url.rstrip("/")
+    if url == settings.VLLM_BASE_URL.rstrip("/") or url in settings.VLLM_BASE_URLS:
+        return str(settings.VLLM_API_KEY)
+    teacher = str(settings.TEACHER_BASE_URL).rstrip("/")
+    if teacher and url == teacher:
+        return str(settings.TEACHER_API_KEY)
+    return ""
+
+
 def model_server_urls(base_url: str) -> list[str]:
     """Every replica when `base_url` is one of VLLM_BASE_URLS, else `base_url` alone: where
     calls for it may go and where an adapter for it must be served."""

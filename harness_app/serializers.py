@@ -125,8 +125,12 @@ class ImportJobSerializer(serializers.ModelSerializer[ImportJob]):
 class PolicyConfigSerializer(serializers.ModelSerializer[PolicyConfig]):
     class Meta:
         model = PolicyConfig
-        fields = ["id", *PolicyConfig.EDITABLE_FIELDS, "created"]
-        read_only_fields = ["id", "created"]
+        fields = ["id", *PolicyConfig.EDITABLE_FIELDS, "version", "previous", "created"]
+        read_only_fields = ["id", "version", "previous", "created"]
+        extra_kwargs = {
+            "version": {"help_text": "1, or one more than `previous`'s"},
+            "previous": {"help_text": "the config this version was edited from"},
+        }
 
     def validate_sampling(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -159,3 +163,21 @@ class PolicyConfigSerializer(serializers.ModelSerializer[PolicyConfig]):
                 {"reranker_model": "name the reranking model, or leave reranker_base_url empty"}
             )
         return attrs
+
+
+class PolicyConfigSavedSerializer(PolicyConfigSerializer):
+    """A config as saved, with what the save has to say besides."""
+
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="e.g. that the server's /models could not be asked, so the model name "
+        "was not checked",
+    )
+
+    class Meta(PolicyConfigSerializer.Meta):
+        fields = [*PolicyConfigSerializer.Meta.fields, "warnings"]
+
+
+class PolicyInUseSerializer(serializers.Serializer[Any]):
+    detail = serializers.CharField(help_text="what uses the config")

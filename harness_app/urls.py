@@ -9,4 +9,6 @@ urlpatterns = [
     path("benchmarks/imports/<int:pk>/", views.import_job_row, name="import_job_row"),
     path("policies/", views.policy_list, name="policy_list"),
     path("policies/new/", views.policy_create, name="policy_create"),
+    path("policies/<int:pk>/edit/", views.policy_edit, name="policy_edit"),
+    path("policies/<int:pk>/delete/", views.policy_delete, name="policy_delete"),
 ]

@@ -13,6 +13,15 @@ from harness_app.importers.records import ImportRejected
 from harness_app.models import ImportJob, PolicyConfig
 from harness_app.roles import browse_required, researcher_required
 from harness_app.services.import_jobs import import_job_create
+from harness_app.services.policies import (
+    PolicyConfigError,
+    PolicySaved,
+    policy_config_create,
+    policy_config_delete,
+    policy_config_update,
+    policy_config_uses,
+    policy_next_version_name,
+)
 
 # --- benchmarks -------------------------------------------------------------------------
 
@@ -81,8 +90,11 @@ def import_job_row(request: HttpRequest, pk: int) -> HttpResponse:
 @researcher_required
 @require_GET
 def policy_list(request: HttpRequest) -> HttpResponse:
-    policies = PolicyConfig.objects.order_by("name")
-    return render(request, "harness_app/policy_list.html", {"policies": policies})
+    """Every config with its version and what uses it: a fixed number of queries."""
+    policies = list(PolicyConfig.objects.select_related("previous").order_by("name"))
+    uses = policy_config_uses(policy_ids=[p.pk for p in policies])
+    rows = [(policy, uses.get(policy.pk, [])) for policy in policies]
+    return render(request, "harness_app/policy_list.html", {"rows": rows})
 
 
 @researcher_required
@@ -90,7 +102,75 @@ def policy_create(request: HttpRequest) -> HttpResponse:
     """The same checks as POST /api/policies/ (the form runs the API's serializer)."""
     form = PolicyConfigForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        policy = form.save()
-        messages.success(request, f"Policy {policy.name!r} created; launch a batch with it below.")
-        return redirect(f"{reverse('policy_list')}#policy-{policy.pk}")
+        saved = _policy_save(request, form, None)
+        if saved is not None:
+            messages.success(
+                request, f"Policy {saved.policy.name!r} created; launch a batch with it below."
+            )
+            return _to_row(saved.policy)
     return render(request, "harness_app/policy_form.html", {"form": form})
+
+
+@researcher_required
+def policy_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Edits in place while nothing uses the config; otherwise saves a new version."""
+    policy = get_object_or_404(PolicyConfig, pk=pk)
+    uses = policy_config_uses(policy_ids=[pk]).get(pk, [])
+    form = PolicyConfigForm(request.POST or None, instance=policy)
+    if request.method == "POST" and form.is_valid():
+        saved = _policy_save(request, form, pk)
+        if saved is not None:
+            if saved.new_version:
+                text = (
+                    f"Policy {saved.policy.name!r} saved as version {saved.policy.version} of "
+                    f"{saved.policy.previous}; its batches keep the earlier version."
+                )
+            else:
+                text = f"Policy {saved.policy.name!r} saved."
+            messages.success(request, text)
+            return _to_row(saved.policy)
+    context = {
+        "form": form,
+        "policy": PolicyConfig.objects.get(pk=pk),  # as stored, not as the form changed it
+        "uses": uses,
+        "next_name": policy_next_version_name(policy),
+        "newer": policy.next_versions.order_by("pk").first(),
+    }
+    return render(request, "harness_app/policy_form.html", context)
+
+
+def _policy_save(
+    request: HttpRequest, form: PolicyConfigForm, pk: int | None
+) -> PolicySaved | None:
+    data = {name: form.cleaned_data[name] for name in PolicyConfig.EDITABLE_FIELDS}
+    try:
+        if pk is None:
+            saved = policy_config_create(data=data)
+        else:
+            saved = policy_config_update(policy=PolicyConfig.objects.get(pk=pk), data=data)
+    except PolicyConfigError as exc:
+        form.add_error(exc.field, str(exc))
+        return None
+    for warning in saved.warnings:
+        messages.warning(request, warning)
+    return saved
+
+
+def _to_row(policy: PolicyConfig) -> HttpResponse:
+    return redirect(f"{reverse('policy_list')}#policy-{policy.pk}")
+
+
+@researcher_required
+def policy_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET asks for confirmation; POST deletes an unused config or says what uses it."""
+    policy = get_object_or_404(PolicyConfig, pk=pk)
+    if request.method == "POST":
+        try:
+            policy_config_delete(policy=policy)
+        except PolicyConfigError as exc:
+            messages.error(request, str(exc))
+            return _to_row(policy)
+        messages.success(request, f"Policy {policy.name!r} deleted.")
+        return redirect("policy_list")
+    uses = policy_config_uses(policy_ids=[pk]).get(pk, [])
+    return render(request, "harness_app/policy_delete.html", {"policy": policy, "uses": uses})

@@ -431,7 +431,8 @@ class HarnessTaskCreateForm(forms.Form):
     instruction = forms.CharField(
         widget=forms.Textarea({"rows": 4}), help_text="What the agent is asked to do."
     )
-    files = forms.JSONField(
+    # Not `files`: a form's `files` are its uploads.
+    repository = forms.JSONField(
         required=False,
         label="Files (JSON)",
         widget=forms.Textarea({"rows": 6, "class": "mono"}),
@@ -462,20 +463,21 @@ class HarnessTaskCreateForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if data.get("archive") is not None and data.get("files") not in (None, "", {}):
+        if data.get("archive") is not None and data.get("repository") not in (None, "", {}):
             self.add_error("archive", "Give the files as JSON or as a .zip, not both.")
         return data
 
-    def repository(self) -> Any:
-        """The files as the service takes them (it checks them), and the field they came from."""
+    def task_files(self) -> Any:
+        """The files as the service takes them; it checks them."""
         archive = self.cleaned_data["archive"]
         if archive is not None:
             return archive
-        files = self.cleaned_data["files"]
+        files = self.cleaned_data["repository"]
         return {} if files in (None, "") else files
 
     def files_field(self) -> str:
-        return "files" if self.cleaned_data["archive"] is None else "archive"
+        """The field that holds the files, for the service's errors on `files`."""
+        return "repository" if self.cleaned_data["archive"] is None else "archive"
 
 
 def repository_from_zip(upload: UploadedFile) -> dict[str, str]:

@@ -36,7 +36,12 @@ from harness_app.harness.runner import iter_episode
 from harness_app.harness.state import HarnessStateJson
 from harness_app.harness.types import QuerySpec, Retriever
 from harness_app.models import ContextMode, PolicyConfig, PolicyKind, Query, VerifierKind
-from harness_app.policy_hosts import model_server_pool, policy_base_url, service_base_url
+from harness_app.policy_hosts import (
+    model_server_api_key,
+    model_server_pool,
+    policy_base_url,
+    service_base_url,
+)
 from trajectories.models import Episode, RolloutBatch
 from trajectories.services import rollouts
 from trajectories.services.verifier_calls import verifier_calls_record
@@ -54,19 +59,6 @@ def query_spec(query: Query) -> QuerySpec:
 
 def policy_version(config: PolicyConfig) -> str:
     return "baseline" if config.kind == PolicyKind.BASELINE else f"{config.name}@{config.model}"
-
-
-def model_server_api_key(base_url: str) -> str:
-    """VLLM_API_KEY for the configured model server, TEACHER_API_KEY for the configured
-    teacher server, "" for any other: a researcher's policy may name its own server, which
-    must not receive our keys."""
-    url = base_url.rstrip("/")
-    if url == settings.VLLM_BASE_URL.rstrip("/") or url in settings.VLLM_BASE_URLS:
-        return str(settings.VLLM_API_KEY)
-    teacher = str(settings.TEACHER_BASE_URL).rstrip("/")
-    if teacher and url == teacher:
-        return str(settings.TEACHER_API_KEY)
-    return ""
 
 
 def harness_config(config: PolicyConfig, batch: RolloutBatch) -> HarnessConfig:

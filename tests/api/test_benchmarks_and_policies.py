@@ -9,6 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from harness_app.models import ImportJob, PolicyConfig
+from tests.fakes.openai_server import FakeOpenAIServer
 from tests.paths import DEMO_DIR
 
 pytestmark = pytest.mark.django_db
@@ -66,14 +67,15 @@ def test_annotators_cannot_upload(annotator_api):
 
 
 def test_researcher_creates_a_policy_config(researcher_api):
-    body = {
-        "name": "qwen",
-        "kind": "openai",
-        "base_url": "http://127.0.0.1:8011/v1",
-        "model": "Qwen3-0.6B",
-        "sampling": {"temperature": 0.7, "max_tokens": 256},
-    }
-    response = researcher_api.post("/api/policies/", body, format="json")
+    with FakeOpenAIServer(model="Qwen3-0.6B") as served:  # saving asks for its models
+        body = {
+            "name": "qwen",
+            "kind": "openai",
+            "base_url": served.base_url,
+            "model": "Qwen3-0.6B",
+            "sampling": {"temperature": 0.7, "max_tokens": 256},
+        }
+        response = researcher_api.post("/api/policies/", body, format="json")
     assert response.status_code == 201, response.json()
     assert PolicyConfig.objects.get(name="qwen").sampling == body["sampling"]
     names = [p["name"] for p in researcher_api.get("/api/policies/").json()["results"]]

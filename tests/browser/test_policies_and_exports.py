@@ -14,6 +14,7 @@ from harness_app.roles import Role
 from harness_app.services.users import user_ensure
 from tests import factories
 from tests.chromium import login
+from tests.fakes.openai_server import FakeOpenAIServer
 from training.models import SFTExport
 from training.services.sft_exports import sft_export_run
 from trajectories.services.annotations import annotation_bulk_apply
@@ -40,19 +41,35 @@ def test_a_policy_and_an_export_are_made_from_the_pages(
     page.click("text=New policy")
     page.fill("#id_name", "qwen-t07")
     page.select_option("#id_kind", "openai")
-    page.fill("#id_model", "Qwen/Qwen3-0.6B")
-    page.fill("#id_sampling", '{"temperature": "hot"}')
-    page.click("main button[type=submit]")
-    assert "temperature must be a number" in page.locator("#sampling-error").inner_text()
-    page.fill("#id_sampling", '{"temperature": 0.7, "max_tokens": 1024}')
-    page.click("main button[type=submit]")
-    row = page.locator("tr", has_text="qwen-t07")
-    assert "temperature=0.7" in row.inner_text()
-    policy = PolicyConfig.objects.get(name="qwen-t07")
-    assert row.locator("a", has_text="Launch a batch").get_attribute("href") == (
-        f"/batches/new/?policy={policy.pk}"
-    )
-    _shot(page, "policies")
+    with FakeOpenAIServer(model="Qwen/Qwen3-0.6B") as served:  # its /v1/models is asked
+        page.fill("#id_base_url", served.base_url)
+        page.fill("#id_model", "Qwen3-0.6B")
+        page.fill("#id_sampling", '{"temperature": "hot"}')
+        page.click("main button[type=submit]")
+        assert "temperature must be a number" in page.locator("#sampling-error").inner_text()
+        page.fill("#id_sampling", '{"temperature": 0.7, "max_tokens": 1024}')
+        page.click("main button[type=submit]")
+        assert "it serves: 'Qwen/Qwen3-0.6B'" in page.locator("#model-error").inner_text()
+        page.fill("#id_model", "Qwen/Qwen3-0.6B")
+        page.click("main button[type=submit]")
+        row = page.locator("tr", has_text="qwen-t07")
+        assert "temperature=0.7" in row.inner_text()
+        policy = PolicyConfig.objects.get(name="qwen-t07")
+        assert row.locator("a", has_text="Launch a batch").get_attribute("href") == (
+            f"/batches/new/?policy={policy.pk}"
+        )
+        _shot(page, "policies")
+
+        # Unused, so an edit changes it in place.
+        row.locator("a", has_text="Edit").click()
+        page.fill("#id_sampling", '{"temperature": 0.5}')
+        page.click("main button[type=submit]")
+        assert "temperature=0.5" in page.locator("tr", has_text="qwen-t07").inner_text()
+        assert PolicyConfig.objects.get(name="qwen-t07").pk == policy.pk
+    # The baseline made the batch: it cannot be deleted, and the page says why.
+    page.locator(f"#policy-{baseline_policy.pk}").locator("a", has_text="Delete").click()
+    assert "used by 1 batch" in page.locator("main").inner_text()
+    assert page.locator("main button", has_text="Delete").count() == 0
 
     page.click("nav >> text=Exports")
     page.click("text=New export")

@@ -67,7 +67,7 @@ def test_a_new_researcher_and_annotator_walk_the_whole_loop(
     (weights / "config.json").write_text("{}")
     # No training queue: the RL job is launched and waits, which is all this walk needs.
     worker = start_worker(tmp_path / "worker", queues="celery,index,rollouts,rollouts_llm")
-    with FakeOpenAIServer(reply=_policy_reply) as llm:
+    with FakeOpenAIServer(model="m", reply=_policy_reply) as llm:
         try:
             rita = _page(browser, live_server.url, "rita", Role.RESEARCHER)
 

@@ -25,7 +25,7 @@ def _form(**overrides: Any) -> dict[str, Any]:
     data = {
         "name": "fix add",
         "instruction": "Make add() add.",
-        "files": json.dumps(FILES),
+        "repository": json.dumps(FILES),
         "eval_command": "python -m pytest -q",
         "timeout_s": "300",
         "eval_timeout_s": "60",
@@ -63,7 +63,7 @@ def test_a_researcher_creates_a_task_from_the_form(researcher_client) -> None:
 
 def test_the_repository_may_come_as_a_zip_under_one_folder(researcher_client) -> None:
     archive = _zip({"repo/calc.py": FILES["calc.py"].encode(), "repo/tests/test_calc.py": b"x"})
-    response = researcher_client.post("/harness/tasks/new/", _form(files="", archive=archive))
+    response = researcher_client.post("/harness/tasks/new/", _form(repository="", archive=archive))
 
     assert response.status_code == 302
     assert HarnessTask.objects.get().files == FILES
@@ -72,9 +72,9 @@ def test_the_repository_may_come_as_a_zip_under_one_folder(researcher_client) ->
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
     [
-        ({"files": '{"../escape.py": "x"}'}, "files", "no '..' or '.git' component"),
-        ({"files": '["calc.py"]'}, "files", "files must be a JSON object"),
-        ({"files": "{not json"}, "files", "Enter a valid JSON"),
+        ({"repository": '{"../escape.py": "x"}'}, "repository", "no '..' or '.git' component"),
+        ({"repository": '["calc.py"]'}, "repository", "files must be a JSON object"),
+        ({"repository": "{not json"}, "repository", "Enter a valid JSON"),
         ({"instruction": "   "}, "instruction", "This field is required"),
         ({"eval_command": ""}, "eval_command", "This field is required"),
         ({"timeout_s": "0"}, "timeout_s", "timeout_s must be between 1 and 14400 seconds"),
@@ -104,7 +104,9 @@ def test_bad_input_is_named_on_its_field(
 def test_a_bad_zip_is_named_on_the_upload(
     researcher_client, entries: dict[str, bytes], words: str
 ) -> None:
-    response = researcher_client.post("/harness/tasks/new/", _form(files="", archive=_zip(entries)))
+    response = researcher_client.post(
+        "/harness/tasks/new/", _form(repository="", archive=_zip(entries))
+    )
 
     assert response.status_code == 200 and not HarnessTask.objects.exists()
     assert words in " ".join(response.context["form"].errors["archive"])

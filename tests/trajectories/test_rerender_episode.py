@@ -125,7 +125,11 @@ def test_sft_exports_one_record_per_call(played, researcher):
 
 def test_the_api_sets_the_context_mode_and_limit_with_their_choices(researcher_api):
     body = {"name": "h1", "kind": "openai", "model": "m", "context_mode": "rerender"}
-    response = researcher_api.post("/api/policies/", {**body, "context_limit": 2048}, format="json")
+    with FakeOpenAIServer(model="m") as served:  # saving asks for its models
+        body["base_url"] = served.base_url
+        response = researcher_api.post(
+            "/api/policies/", {**body, "context_limit": 2048}, format="json"
+        )
     assert response.status_code == 201, response.json()
     assert (response.json()["context_mode"], response.json()["context_limit"]) == ("rerender", 2048)
     bad = researcher_api.post(

@@ -60,7 +60,9 @@ def test_the_django_choices_are_the_harness_parsers():
 
 def test_the_policy_api_sets_and_checks_the_parser(researcher_api):
     body = {"name": "oss", "kind": "openai", "model": "gpt-oss-20b", "tool_parser": "harmony"}
-    response = researcher_api.post("/api/policies/", body, format="json")
+    with FakeOpenAIServer(model="gpt-oss-20b") as served:  # saving asks for its models
+        body["base_url"] = served.base_url
+        response = researcher_api.post("/api/policies/", body, format="json")
     assert response.status_code == 201 and response.json()["tool_parser"] == "harmony"
     bad = researcher_api.post("/api/policies/", {**body, "tool_parser": "xml"}, format="json")
     assert bad.status_code == 400 and bad.json()["tool_parser"] == ['"xml" is not a valid choice.']

@@ -50,7 +50,7 @@ def _task_create(request: HttpRequest, form: HarnessTaskCreateForm) -> HarnessTa
         return harness_task_create(
             name=data["name"],
             instruction=data["instruction"],
-            files=form.repository(),
+            files=form.task_files(),
             eval_command=data["eval_command"],
             timeout_s=data["timeout_s"],
             eval_timeout_s=data["eval_timeout_s"],
