@@ -68,15 +68,39 @@ document.addEventListener("DOMContentLoaded", function () {
   }
 
   function selected() {
-    return document.querySelectorAll("#episode-rows input[name=ids]:checked").length;
+    return document.querySelectorAll("#episode-rows input[name=ids]:checked");
+  }
+
+  // What Compare does for two ticked rows (episode_selection decides the same on the
+  // server): two runs of one query open the compare view; two queries of one evaluation
+  // run open its paired comparison, for those who can open it; anything else is not
+  // offered, and the count says why.
+  var evaluationsOpen = document.querySelector("#row-actions[data-evaluations=open]") !== null;
+
+  function compareOffer(boxes) {
+    if (boxes.length !== 2) return { label: "Compare", why: " (compare needs two)" };
+    var a = boxes[0].dataset, b = boxes[1].dataset;
+    if (!a.query || !b.query) return { why: ": a recorded session has no query to compare by" };
+    if (a.query === b.query) return { label: "Compare", why: "" };
+    var why = ": compare shows runs of one query, and these two answer different queries";
+    if (!a.evaluation || a.evaluation !== b.evaluation) {
+      return { why: why + " outside any one evaluation run" };
+    }
+    if (!evaluationsOpen) return { why: why + " (their evaluation run's comparison is for researchers)" };
+    return { label: "Compare in evaluation run " + a.evaluation, why: "" };
   }
 
   function updateCount() {
     if (!count) return;
-    var n = selected();
-    count.textContent = n ? n + " selected" + (n === 2 ? "" : " (compare needs two)") : "Tick rows to act on them.";
+    var boxes = selected();
+    var n = boxes.length;
+    var offer = compareOffer(boxes);
+    count.textContent = n ? n + " selected" + offer.why : "Tick rows to act on them.";
     var compare = document.querySelector("#row-actions button[value=compare]");
-    if (compare) compare.disabled = n !== 2;
+    if (compare) {
+      compare.disabled = n !== 2 || !offer.label;
+      compare.textContent = offer.label || "Compare";
+    }
     document.querySelectorAll("#row-actions button[value=label], #row-actions button[value=export]")
       .forEach(function (b) { b.disabled = n === 0; });
   }

@@ -1,5 +1,6 @@
 """A real Chromium gets around the episodes: the list's row cursor (j/k, Enter), sorting by a
-column header, two rows selected and compared, the viewer's previous/next within the list
+column header, two rows selected and compared (only two runs of one query; two queries of
+one evaluation run go to its paired comparison), the viewer's previous/next within the list
 and its breadcrumb back to the same filtered page."""
 
 from __future__ import annotations
@@ -8,11 +9,16 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.test import TestCase
 
+from harness_app.models import PolicyConfig, PolicyKind
 from harness_app.roles import Role
 from harness_app.services.users import user_ensure
+from tests import factories
 from tests.chromium import ConsoleWatcher, login
+from trajectories.models import Episode
 from trajectories.selectors.episode_list import episode_list_queryset
+from trajectories.services.evaluations import evaluation_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -82,3 +88,65 @@ def test_list_keys_sorting_selection_and_viewer_neighbours(live_server, page, ra
     page.wait_for_url("**/compare/**")
     assert parse_qs(urlsplit(page.url).query) == {"a": [str(order[0])], "b": [str(order[1])]}
     assert console.errors == []
+
+
+def _tick(page: Any, *episodes: Any) -> None:
+    ticked = page.locator("#episode-rows input[name=ids]:checked")
+    while ticked.count():
+        ticked.first.uncheck()
+    for episode in episodes:
+        page.check(f"input[name=ids][value='{episode.pk}']")
+
+
+def test_compare_is_offered_for_two_runs_of_one_query_only(live_server, page, ran_batch) -> None:
+    first, second = ran_batch.groups.order_by("pk")[:2]
+    one, same_query = first.episodes.order_by("pk")[:2]
+    other_query = second.episodes.order_by("pk").first()
+    _researcher(page, live_server)
+    page.goto(f"{live_server.url}/episodes/?batch={ran_batch.pk}")
+    compare = page.locator("#row-actions button[value=compare]")
+
+    _tick(page, one, other_query)
+    assert compare.is_disabled()
+    said = page.locator("#selected-count").inner_text()
+    assert "different queries" in said and "evaluation run" in said, said
+    _tick(page, one, same_query)
+    assert compare.is_enabled() and compare.inner_text() == "Compare"
+    compare.click()
+    page.wait_for_url("**/compare/**")
+    assert page.locator(".error").count() == 0
+
+    # A hand-made selection of two queries (or one sent without scripts) comes back to the
+    # list with the reason, not to a 400 page.
+    response = page.goto(
+        f"{live_server.url}/episodes/selection/?action=compare&ids={one.pk}&ids={other_query.pk}"
+        f"&from=batch%3D{ran_batch.pk}"
+    )
+    assert response is not None and response.status == 200
+    assert parse_qs(urlsplit(page.url).query) == {"batch": [str(ran_batch.pk)]}
+    assert "different queries" in page.locator(".messages").inner_text()
+    assert page.console_watcher.errors == []
+
+
+def test_two_queries_of_one_evaluation_run_are_compared_there(live_server, page) -> None:
+    benchmark, a_policy = factories.demo_benchmark(), factories.baseline_policy()
+    b_policy = PolicyConfig.objects.create(name="baseline-b", kind=PolicyKind.BASELINE)
+    with TestCase.captureOnCommitCallbacks():  # nothing is queued
+        evaluation = evaluation_create(
+            benchmarks=[benchmark], policies=[a_policy, b_policy], runs=1, query_limit=2
+        )
+    episodes = Episode.objects.filter(batch__evaluation=evaluation).order_by("query_id", "pk")
+    mine = episodes.filter(batch__policy=a_policy).first()
+    theirs = episodes.filter(batch__policy=b_policy).exclude(query_id=mine.query_id).first()
+    _researcher(page, live_server)
+    page.goto(f"{live_server.url}/episodes/?ids={mine.pk},{theirs.pk}")
+    _tick(page, mine, theirs)
+    compare = page.locator("#row-actions button[value=compare]")
+    assert compare.is_enabled()
+    assert compare.inner_text() == f"Compare in evaluation run {evaluation.pk}"
+    compare.click()
+    page.wait_for_url(f"**/evaluations/{evaluation.pk}/**")
+    chosen = {page.locator(f"select[name={side}]").input_value() for side in "ab"}
+    assert chosen == {f"{a_policy.pk}:full", f"{b_policy.pk}:full"}
+    assert page.locator("select[name=benchmark]").input_value() == str(benchmark.pk)
+    assert page.console_watcher.errors == []

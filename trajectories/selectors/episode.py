@@ -246,6 +246,54 @@ class CompareView:
     chart: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class CompareTarget:
+    """Where two episodes can be set side by side: the compare view when they answer one
+    query; for two queries, the paired comparison of the evaluation run whose batches hold
+    both (`evaluation`, the two configuration keys and their common benchmark, if any);
+    otherwise nowhere, and `reason` says why."""
+
+    same_query: bool
+    reason: str = ""
+    evaluation: int | None = None
+    configs: tuple[str, str] = ("", "")
+    benchmark: int | None = None
+
+
+def compare_target(*, a_pk: int, b_pk: int) -> CompareTarget:
+    """One query: the two episodes with their batches."""
+    found = Episode.objects.select_related("batch").filter(pk__in=[a_pk, b_pk])
+    episodes = {e.pk: e for e in found}
+    for pk in (a_pk, b_pk):
+        if pk not in episodes:
+            return CompareTarget(same_query=False, reason=f"episode {pk} does not exist")
+    a, b = episodes[a_pk], episodes[b_pk]
+    if a.query_id is None or b.query_id is None:
+        recorded = a if a.query_id is None else b
+        reason = f"episode {recorded.pk} is a recorded session: it has no query to compare by"
+        return CompareTarget(same_query=False, reason=reason)
+    if a.query_id == b.query_id:
+        return CompareTarget(same_query=True)
+    reason = f"episodes {a.pk} and {b.pk} answer different queries; compare shows runs of one query"
+    batch_a, batch_b = a.batch, b.batch
+    apart = f"{reason}, and they are not in one evaluation run"
+    if batch_a is None or batch_b is None or batch_a.evaluation_id is None:
+        return CompareTarget(same_query=False, reason=apart)
+    if batch_a.evaluation_id != batch_b.evaluation_id:
+        return CompareTarget(same_query=False, reason=apart)
+    return CompareTarget(
+        same_query=False,
+        reason=reason,
+        evaluation=batch_a.evaluation_id,
+        # The keys of selectors.evaluations.Config: "<policy pk>:<condition>".
+        configs=(
+            f"{batch_a.policy_id}:{batch_a.evaluation_condition}",
+            f"{batch_b.policy_id}:{batch_b.evaluation_condition}",
+        ),
+        benchmark=batch_a.benchmark_id if batch_a.benchmark_id == batch_b.benchmark_id else None,
+    )
+
+
 def compare_view(*, a_pk: int, b_pk: int) -> CompareView:
     """Two episodes of one query, turn-aligned: four queries (episodes, qrels, turns, and
     the curation logs).

@@ -33,6 +33,8 @@ from trajectories.selectors.batches import group_view
 from trajectories.selectors.calls import turn_prompts
 from trajectories.selectors.episode import (
     CompareError,
+    CompareTarget,
+    compare_target,
     compare_view,
     document_in_episode,
     episode_get,
@@ -152,7 +154,7 @@ def episode_selection(request: HttpRequest) -> HttpResponse:
         if len(ids) != 2:
             messages.error(request, f"Compare needs exactly two episodes; {len(ids)} selected.")
             return redirect(back)
-        return redirect(f"{reverse('compare')}?{urlencode({'a': ids[0], 'b': ids[1]})}")
+        return _compare_redirect(request, ids[0], ids[1], back=back)
     if action == "label":
         return redirect(f"{reverse('annotate_bulk')}?{urlencode({'ids': joined})}")
     if action == "export":
@@ -160,6 +162,27 @@ def episode_selection(request: HttpRequest) -> HttpResponse:
         return redirect(f"/exports/new/?{urlencode({'episodes': joined})}")
     messages.error(request, "Choose an action: compare, label or export.")
     return redirect(back)
+
+
+def _compare_redirect(request: HttpRequest, a: int, b: int, *, back: str) -> HttpResponse:
+    """Two runs of one query go to the compare view; two queries of one evaluation run to
+    its paired comparison (researchers); anything else back to the list, saying why."""
+    target = compare_target(a_pk=a, b_pk=b)
+    if target.same_query:
+        return redirect(f"{reverse('compare')}?{urlencode({'a': a, 'b': b})}")
+    if target.evaluation is not None and user_has_role(request.user, Role.RESEARCHER):
+        return redirect(_evaluation_compare_url(target))
+    messages.error(request, f"Not compared: {target.reason}.")
+    return redirect(back)
+
+
+def _evaluation_compare_url(target: CompareTarget) -> str:
+    url = reverse("evaluation_detail", args=[target.evaluation])
+    config_a, config_b = target.configs
+    if config_a == config_b:  # one configuration on two queries: its run's picker
+        return f"{url}#compare"
+    params = {"a": config_a, "b": config_b, "benchmark": target.benchmark or ""}
+    return f"{url}?{urlencode(params)}#compare"
 
 
 @browse_required
