@@ -174,9 +174,13 @@ class BatchLaunchForm(forms.Form):
 
     benchmark = forms.ModelChoiceField(Benchmark.objects.order_by("name"))
     policy = forms.ModelChoiceField(PolicyConfig.objects.order_by("name"))
+    # The default follows the chosen policy (static/js/batch_launch.js, until one is typed).
+    SAMPLES_DETERMINISTIC, SAMPLES_SAMPLED = 1, 4
     samples_per_query = forms.IntegerField(
-        initial=4,
-        help_text="Samples per query: the group size for group-relative advantages.",
+        initial=SAMPLES_SAMPLED,
+        help_text="Samples per query: the group size for group-relative advantages. "
+        "Defaults to 1 for a deterministic policy, whose samples would all be the same "
+        "episode, and to 4 otherwise.",
         widget=forms.NumberInput({"min": 1, "max": MAX_SAMPLES_PER_QUERY}),
     )
     query_limit = forms.IntegerField(
@@ -235,6 +239,20 @@ class BatchLaunchForm(forms.Form):
         for name in ("benchmark", "policy"):
             _preselect_single(self.fields[name])
 
+        samples = self.fields["samples_per_query"]
+        chosen = self.initial.get("policy") or self.fields["policy"].initial
+        samples.initial = self._samples_default(chosen)
+        samples.widget.attrs["data-deterministic-default"] = self.SAMPLES_DETERMINISTIC
+        samples.widget.attrs["data-sampled-default"] = self.SAMPLES_SAMPLED
+        if not self.is_bound:  # a value sent back is the researcher's own
+            samples.widget.attrs["data-follows-policy"] = "true"
+
+    def _samples_default(self, policy: Any) -> int:
+        try:
+            deterministic = int(policy) in self.deterministic_policy_ids()
+        except (TypeError, ValueError):
+            deterministic = False
+        return self.SAMPLES_DETERMINISTIC if deterministic else self.SAMPLES_SAMPLED
     def deterministic_policy_ids(self) -> list[int]:
         """The policies whose samples of a query all come out the same (baseline, greedy),
         for which more than one sample per query only repeats the work."""

@@ -1,5 +1,6 @@
-// Batch launch form: keeps the deterministic-policy warning in step with the policy and
-// samples-per-query fields (the server draws it right for the form's first state).
+// Batch launch form: samples per query follow the chosen policy (1 for a deterministic
+// one, 4 otherwise) until the researcher types a value, and the deterministic-policy
+// warning keeps in step with both fields (the server draws the form's first state).
 document.addEventListener("DOMContentLoaded", function () {
   "use strict";
   var warning = document.getElementById("samples-warning");
@@ -8,12 +9,28 @@ document.addEventListener("DOMContentLoaded", function () {
   var data = document.getElementById("deterministic-policies");
   if (!warning || !policy || !samples || !data) return;
   var ids = JSON.parse(data.textContent).map(String);
+  // Absent when the form came back with the researcher's own value.
+  var follows = samples.hasAttribute("data-follows-policy");
 
-  function update() {
-    warning.hidden = !(ids.indexOf(policy.value) >= 0 && Number(samples.value) > 1);
+  function deterministic() {
+    return ids.indexOf(policy.value) >= 0;
   }
 
-  policy.addEventListener("change", update);
-  samples.addEventListener("input", update);
+  function update() {
+    warning.hidden = !(deterministic() && Number(samples.value) > 1);
+  }
+
+  policy.addEventListener("change", function () {
+    if (follows && policy.value) {
+      samples.value = deterministic()
+        ? samples.dataset.deterministicDefault
+        : samples.dataset.sampledDefault;
+    }
+    update();
+  });
+  samples.addEventListener("input", function () {
+    follows = false;
+    update();
+  });
   update();
 });

@@ -29,11 +29,11 @@ def test_the_launch_form_warns_live_about_repeated_deterministic_samples(
     assert page.locator("#id_benchmark").input_value() == str(benchmark.pk)
     assert page.locator("#id_policy").input_value() == str(baseline.pk)
     warning = page.locator("#samples-warning")
-    assert warning.is_visible()  # the baseline, 4 samples per query by default
-    page.fill("#id_samples_per_query", "1")
-    assert warning.is_hidden()
+    assert warning.is_hidden()  # the baseline: 1 sample per query by default
     page.fill("#id_samples_per_query", "3")
     assert warning.is_visible()
+    page.fill("#id_samples_per_query", "1")
+    assert warning.is_hidden()
     assert page.console_watcher.errors == []
 
 
@@ -49,5 +49,7 @@ def test_a_sampled_policy_is_not_warned_about(live_server: Any, page: Any) -> No
     page.select_option("#id_policy", str(sampled.pk))
     assert warning.is_hidden()
     page.select_option("#id_policy", label="baseline")
+    assert warning.is_hidden()  # its default, 1 sample per query, came with it
+    page.fill("#id_samples_per_query", "2")
     assert warning.is_visible()
     assert page.console_watcher.errors == []

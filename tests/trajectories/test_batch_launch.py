@@ -55,7 +55,10 @@ def test_the_deterministic_policies_are_warned_about(
     assert sorted(json.loads(ids.group(1))) == sorted([baseline_policy.pk, greedy.pk])
     assert "hidden" in _warning(page)  # no policy chosen yet
     page = researcher_client.get("/batches/new/", {"policy": greedy.pk}).content.decode()
-    assert "hidden" not in _warning(page)  # the default is 4 samples per query
+    assert "hidden" in _warning(page)  # its default is 1 sample per query
+    form = {"policy": greedy.pk, "samples_per_query": "4"}  # no benchmark: drawn again
+    page = researcher_client.post("/batches/new/", form).content.decode()
+    assert "hidden" not in _warning(page)
     assert "more than one sample per query only repeats the work" in page
     page = researcher_client.get("/batches/new/", {"policy": sampled.pk}).content.decode()
     assert "hidden" in _warning(page)
