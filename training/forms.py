@@ -372,15 +372,17 @@ class SFTExportCreateForm(forms.Form):
     )
     annotation_status = forms.ChoiceField(
         required=False,
-        choices=[("", "approved only"), *AnnotationStatus.choices],
+        choices=[("", "approved only, unless episodes are chosen"), *AnnotationStatus.choices],
         label="Annotation status",
-        help_text="Without one, only approved episodes are exported.",
+        help_text="Without one, only approved episodes are exported; episodes chosen by id "
+        "are exported whatever their label. The count below shows what each filter leaves.",
     )
     more_filters = forms.JSONField(
         required=False,
+        initial=dict,  # shown as {} rather than null
         label="More filters (JSON)",
-        help_text='Any other episode filter, as for /api/episodes/, e.g. {"status": "done", '
-        '"reward_min": 0.5}.',
+        help_text='Any other episode filter, as for /api/episodes/, e.g. {"status": '
+        '"completed", "reward_min": 0.5}.',
     )
     fmt = forms.ChoiceField(choices=ExportFormat.choices, initial=ExportFormat.CHAT, label="Format")
     reconstruction = forms.ChoiceField(
@@ -394,7 +396,7 @@ class SFTExportCreateForm(forms.Form):
         if value in (None, ""):
             return {}
         if not isinstance(value, dict):
-            raise forms.ValidationError('give a JSON object, e.g. {"status": "done"}')
+            raise forms.ValidationError('give a JSON object, e.g. {"status": "completed"}')
         return value
 
     def clean(self) -> dict[str, Any]:

@@ -17,5 +17,7 @@ urlpatterns = [
     path("sft/<int:pk>/serve/", views.sft_job_serve, name="sft_job_serve"),
     path("exports/", views.sft_export_list, name="sft_export_list"),
     path("exports/new/", views.sft_export_create, name="sft_export_create"),
+    path("exports/new/preview/", views.sft_export_preview, name="sft_export_preview"),
     path("exports/<int:pk>/", views.sft_export_detail, name="sft_export_detail"),
+    path("exports/<int:pk>/progress/", views.sft_export_progress, name="sft_export_progress"),
 ]

@@ -1,10 +1,12 @@
 """The RL and SFT job pages: the lists, the launch forms (researchers), a job with its
 training curves (and an SFT job's lineage), its progress fragment (polled by htmx), and
-cancel (and an SFT job's resume and re-serve). The SFT export pages: list, create, one
-export."""
+cancel (and an SFT job's resume and re-serve). The SFT export pages: list, create (with
+the count of what it would export, re-counted as the form changes), one export and its
+progress fragment."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -20,6 +22,7 @@ from training.forms import RLJobLaunchForm, SFTExportCreateForm, SFTJobLaunchFor
 from training.models import RLJob, SFTExport, SFTJob, SFTJobStatus
 from training.rl.publish import PublishError
 from training.services import rl_jobs, sft_exports, sft_jobs
+from trajectories.episode_filters import episodes_matching
 
 
 def _job_or_404(pk: int) -> RLJob:
@@ -228,7 +231,8 @@ def sft_export_list(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def sft_export_create(request: HttpRequest) -> HttpResponse:
-    """The options of POST /api/exports/; ?episodes=1,2,3 pre-fills the episode ids."""
+    """The options of POST /api/exports/; ?episodes=1,2,3 pre-fills the episode ids. An
+    export of no episode is refused on the form, naming the filter that emptied it."""
     initial = {"ids": request.GET.get("episodes", "")}
     form = SFTExportCreateForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
@@ -249,9 +253,47 @@ def sft_export_create(request: HttpRequest) -> HttpResponse:
     return render(request, "training/sft_export_create.html", {"form": form})
 
 
+@researcher_required
+@require_GET
+def sft_export_preview(request: HttpRequest) -> HttpResponse:
+    """The create form's count: the episodes its filters would export, clause by clause.
+    htmx asks again whenever the form changes."""
+    form = SFTExportCreateForm(request.GET)
+    context: dict[str, Any] = {"form": form}
+    if form.is_valid():
+        try:
+            context["preview"] = sft_exports.sft_export_preview(
+                filters=form.cleaned_data["filters"]
+            )
+        except sft_exports.ExportError as exc:
+            context["problem"] = str(exc)
+    else:
+        name, errors = next(iter(form.errors.items()))
+        field = form.fields.get(name)
+        context["problem"] = f"{field.label}: {errors[0]}" if field else errors[0]
+    return render(request, "training/sft_export_preview.html", context)
+
+
 @browse_required
 @require_GET
 def sft_export_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    export = _export_or_404(pk)
-    context = {"export": export, "rl_launch": urlencode(selectors.export_launch_defaults(export))}
+    context = _export_live_context(_export_or_404(pk))
     return render(request, "training/sft_export_detail.html", context)
+
+
+@browse_required
+@require_GET
+def sft_export_progress(request: HttpRequest, pk: int) -> HttpResponse:
+    """What changes on an export's page while it runs. htmx polls it while the export is
+    queued or running; a finished export's answer carries no trigger, so polling stops."""
+    context = _export_live_context(_export_or_404(pk))
+    return render(request, "training/sft_export_live.html", context)
+
+
+def _export_live_context(export: SFTExport) -> dict[str, Any]:
+    context: dict[str, Any] = {"export": export}
+    if export.is_finished:
+        context["rl_launch"] = urlencode(selectors.export_launch_defaults(export))
+    else:  # what the worker has to write, counted again while it runs
+        context["matching"] = episodes_matching(filters=export.filters).count()
+    return context

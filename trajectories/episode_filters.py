@@ -10,7 +10,8 @@ Episode column.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import QuerySet
@@ -126,3 +127,76 @@ def episodes_matching(*, filters: Mapping[str, Any]) -> QuerySet[Episode]:
     if filters.get("annotation_status"):
         episodes = episodes.filter(annotation_status=filters["annotation_status"])
     return episodes.order_by("-pk")
+
+
+# --- why a filter matches no episode -----------------------------------------------------------
+
+# The order in which clauses are counted to explain an empty result: the episodes chosen by
+# id first, then what picks batches and queries, the episode's own columns, the metric
+# ranges, and the annotation status last (an SFT export adds "approved only" by default).
+# A clause this list does not name is counted just before the annotation status.
+CLAUSE_ORDER = (*ID_LIST_FILTERS, *ID_FILTERS, "kind", "status", *TEXT_FILTERS, *RANGE_FILTERS)
+
+
+@dataclass(frozen=True)
+class FilterClause:
+    """One clause of a filter and the episodes left by it and every clause before it."""
+
+    key: str
+    value: Any
+    matching: int
+
+    @property
+    def label(self) -> str:
+        """The clause as people read it: `batch=3`, `ids (12 chosen)`."""
+        if self.key in ID_LIST_FILTERS:
+            return f"{self.key} ({len(self.value)} chosen)"
+        return f"{self.key}={self.value}"
+
+
+def _clause_rank(key: str) -> int:
+    if key == "annotation_status":
+        return len(CLAUSE_ORDER) + 1
+    return CLAUSE_ORDER.index(key) if key in CLAUSE_ORDER else len(CLAUSE_ORDER)
+
+
+def episode_filter_clauses(*, filters: Mapping[str, Any]) -> list[FilterClause]:
+    """Cleaned filters counted clause by clause, in CLAUSE_ORDER, each with the clauses
+    before it; the list ends at the first clause that leaves no episode. One count query a
+    clause."""
+    applied: dict[str, Any] = {}
+    clauses: list[FilterClause] = []
+    for key in sorted(filters, key=_clause_rank):
+        applied[key] = filters[key]
+        matching = episodes_matching(filters=applied).count()
+        clauses.append(FilterClause(key=key, value=filters[key], matching=matching))
+        if not matching:
+            break
+    return clauses
+
+
+def episode_filters_empty_reason(
+    clauses: Sequence[FilterClause], *, notes: Mapping[str, str] | None = None
+) -> str:
+    """Why filters match no episode, naming the first clause that took the count to 0
+    (`clauses` from `episode_filter_clauses`); `notes` add a word to a clause by key. Empty
+    when the last clause still leaves episodes."""
+    if clauses and clauses[-1].matching:
+        return ""
+    if not clauses:
+        return "" if Episode.objects.exists() else "0 episodes: there are no episodes yet"
+
+    def said(clause: FilterClause) -> str:
+        note = (notes or {}).get(clause.key)
+        return f"{clause.label} ({note})" if note else clause.label
+
+    *before, emptying = clauses
+    if not before:
+        return f"0 episodes: no episode matches {said(emptying)}"
+    left = before[-1].matching
+    matched = "1 episode matches" if left == 1 else f"{left} episodes match"
+    none = "it does not match" if left == 1 else "none of them matches"
+    return (
+        f"0 episodes: {matched} {' and '.join(said(c) for c in before)}, "
+        f"but {none} {said(emptying)}"
+    )

@@ -82,3 +82,17 @@ def test_a_missing_file_is_404_not_a_crash(researcher_api, approved):
     Path(export.file_path).unlink()
     response = researcher_api.get(f"/api/exports/{export.pk}/download/")
     assert response.status_code == 404 and "file is missing" in response.json()["detail"]
+
+
+def test_an_export_of_zero_episodes_is_refused_saying_which_filter_emptied_it(
+    researcher_api, ran_batch, django_capture_on_commit_callbacks
+):
+    response, callbacks = _create(
+        researcher_api, {"filters": {"batch": ran_batch.pk}}, django_capture_on_commit_callbacks
+    )
+    assert response.status_code == 400
+    assert response.json()["filters"] == [
+        f"0 episodes: 4 episodes match batch={ran_batch.pk}, but none of them matches "
+        "annotation_status=approved (approved only: the default without an annotation status)"
+    ]
+    assert not SFTExport.objects.exists() and not callbacks

@@ -77,8 +77,8 @@ def test_a_policy_and_an_export_are_made_from_the_pages(
     page.click("main button[type=submit]")
     export = SFTExport.objects.get()
     sft_export_run(export_id=export.pk)  # what the worker does with the queued task
-    page.reload()
-    assert "Done" in page.locator("h1").inner_text()
+    page.wait_for_selector("#export-live[data-status=done]")  # the page follows it, no reload
+    assert "Done" in page.locator("#export-live .pill").inner_text()
     with page.expect_download() as download:
         page.click("text=Download the JSONL")
     saved = tmp_path / "export.jsonl"

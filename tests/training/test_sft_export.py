@@ -230,3 +230,40 @@ def test_export_sft_command_writes_the_file(approved_batch, tmp_path, capsys):
         call_command("export_sft", "--out", str(out), "--filter", "batch")
     with pytest.raises(CommandError, match="filter 'status': 'done' is not one of"):
         call_command("export_sft", "--out", str(out), "--filter", "status=done")
+
+
+# --- an export of zero episodes is refused, naming the clause that emptied it -----------------
+
+
+def test_an_export_of_no_approved_episode_is_refused_naming_approved_only(ran_batch):
+    with pytest.raises(ExportError) as refused:
+        sft_export_create(filters={"batch": ran_batch.pk}, enqueue=False)
+    assert str(refused.value) == (
+        f"0 episodes: 4 episodes match batch={ran_batch.pk}, but none of them matches "
+        "annotation_status=approved (approved only: the default without an annotation status)"
+    )
+    assert not SFTExport.objects.exists()
+
+
+def test_the_first_clause_that_leaves_no_episode_is_named(ran_batch, approved_batch):
+    first, second = ran_batch.episodes.order_by("pk").values_list("pk", flat=True)[:2]
+    filters = {"ids": f"{first},{second}", "batch": approved_batch.pk, "reward_min": 0}
+    with pytest.raises(
+        ExportError,
+        match=r"^0 episodes: 2 episodes match ids \(2 chosen\), but "
+        rf"none of them matches batch={approved_batch.pk}$",
+    ):
+        sft_export_create(filters=filters, enqueue=False)
+    with pytest.raises(ExportError, match=r"^0 episodes: no episode matches batch=999999$"):
+        sft_export_create(filters={"batch": 999999}, enqueue=False)
+
+
+def test_episodes_chosen_by_id_are_exported_whatever_their_label(ran_batch, researcher):
+    first, second = ran_batch.episodes.order_by("pk")[:2]
+    annotation_label(annotator=researcher, episode=second, label="reject", reason="format")
+    export = _export(filters={"ids": f"{first.pk},{second.pk}"})
+    assert export.episodes == 2
+    assert export.filters == {"ids": [first.pk, second.pk]}  # no hidden "approved only"
+    chosen_and_approved = {"ids": f"{first.pk},{second.pk}", "annotation_status": "approved"}
+    with pytest.raises(ExportError, match=r"none of them matches annotation_status=approved$"):
+        sft_export_create(filters=chosen_and_approved, enqueue=False)

@@ -231,7 +231,8 @@ def test_the_episode_page_compares_the_strategies_in_pinned_queries(researcher_c
     assert '<th scope="row">Sequences</th><td>2</td><td>4</td>' in html
 
 
-def test_the_export_api_takes_the_strategy_and_refuses_an_unknown_one(researcher_api):
+def test_the_export_api_takes_the_strategy_and_refuses_an_unknown_one(researcher_api, approved):
+    # `approved`: an export of no episode is refused, so there are episodes to take.
     created = researcher_api.post(
         "/api/exports/", {"format": "tokens", "reconstruction": "request"}, format="json"
     )

@@ -1,11 +1,12 @@
 """Every write of the training app: SFT exports.
 
-An export is created (`sft_export_create`: filters checked, row written, task queued on
-commit) and then run once by a worker (`sft_export_run`): the JSONL is written beside its
-final name and renamed into place in the transaction that records the provenance rows and
-marks the export done. A done export is never run or written again; a new export is a new
-row and a new file. A crashed run leaves a running export that a redelivered task redoes
-from the start.
+An export is created (`sft_export_create`: filters checked, an export of no episode
+refused naming the filter that emptied it, row written, task queued on commit) and then run
+once by a worker (`sft_export_run`), which counts its progress on the row chunk by chunk:
+the JSONL is written beside its final name and renamed into place in the transaction that
+records the provenance rows and marks the export done. A done export is never run or
+written again; a new export is a new row and a new file. A crashed run leaves a running
+export that a redelivered task redoes from the start.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
@@ -37,7 +39,10 @@ from training.models import (
 )
 from trajectories.episode_filters import (
     EpisodeFilterError,
+    FilterClause,
+    episode_filter_clauses,
     episode_filters_clean,
+    episode_filters_empty_reason,
     episodes_matching,
 )
 from trajectories.models import AnnotationStatus, Episode
@@ -51,14 +56,62 @@ class ExportError(ValueError):
     """An export request that cannot run; the message names the parameter."""
 
 
+# Said of the annotation-status clause when the export added it (export_filters).
+APPROVED_ONLY_NOTE = "approved only: the default without an annotation status"
+
+
 def export_filters(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """Checked filters; without an annotation status, only approved episodes are taken."""
+    """Checked filters. Without an annotation status only approved episodes are taken,
+    except episodes chosen by id (`ids`, the episode list's ticked rows): a researcher who
+    picked them by hand gets them whatever their label, and the form shows those labels."""
     try:
         filters = episode_filters_clean(raw)
     except EpisodeFilterError as exc:
         raise ExportError(str(exc)) from exc
-    filters.setdefault("annotation_status", AnnotationStatus.APPROVED)
+    if "ids" not in filters:
+        filters.setdefault("annotation_status", AnnotationStatus.APPROVED)
     return filters
+
+
+@dataclass(frozen=True)
+class ExportPreview:
+    """What an export with these filters would take, before it is made (the form's count)."""
+
+    filters: dict[str, Any]  # as the export would store them
+    approved_only: bool  # the annotation status is export_filters' default
+    clauses: list[FilterClause]  # clause by clause, up to the first that leaves none
+    matching: int
+    by_annotation: list[tuple[str, int]]  # (status label, episodes), in the choices' order
+    empty_reason: str  # why it matches no episode; "" when it matches some
+
+    @property
+    def chosen_whatever_their_label(self) -> bool:
+        """Episodes chosen by id, with no annotation status: "approved only" is off."""
+        return "ids" in self.filters and "annotation_status" not in self.filters
+
+
+def sft_export_preview(*, filters: Mapping[str, Any]) -> ExportPreview:
+    """Count the episodes an export with these filters would take, clause by clause (the
+    form's count, and the reason `sft_export_create` gives for refusing none); ExportError
+    names a bad filter."""
+    checked = export_filters(filters)
+    given = str(filters.get("annotation_status") or "").strip()
+    approved_only = "annotation_status" in checked and not given
+    clauses = episode_filter_clauses(filters=checked)
+    matching = clauses[-1].matching if clauses else episodes_matching(filters={}).count()
+    notes = {"annotation_status": APPROVED_ONLY_NOTE} if approved_only else {}
+    statuses = episodes_matching(filters=checked).order_by().values_list("annotation_status")
+    counts = dict(statuses.annotate(n=Count("pk")))
+    return ExportPreview(
+        filters=checked,
+        approved_only=approved_only,
+        clauses=clauses,
+        matching=matching,
+        by_annotation=[
+            (label, counts[value]) for value, label in AnnotationStatus.choices if value in counts
+        ],
+        empty_reason=episode_filters_empty_reason(clauses, notes=notes),
+    )
 
 
 @transaction.atomic
@@ -81,9 +134,12 @@ def sft_export_create(
         strategy = strategy_clean(reconstruction, field="reconstruction")
     except ValueError as exc:
         raise ExportError(str(exc)) from None
+    checked = export_filters(filters or {})
+    if not episodes_matching(filters=checked).exists():
+        raise ExportError(sft_export_preview(filters=filters or {}).empty_reason)
     export = SFTExport.objects.create(
         created_by=created_by if getattr(created_by, "pk", None) else None,
-        filters=export_filters(filters or {}),
+        filters=checked,
         fmt=fmt,
         reconstruction=strategy,
     )
@@ -169,7 +225,8 @@ def _export_claim(export_id: int) -> SFTExport | None:
     if export is None or export.is_finished:
         return None
     export.status = ExportStatus.RUNNING
-    export.save(update_fields=["status"])
+    export.episodes = export.records = export.skipped = 0  # a redelivered run starts over
+    export.save(update_fields=["status", "episodes", "records", "skipped"])
     return export
 
 
@@ -213,9 +270,17 @@ def _file_write(export: SFTExport, partial: Path) -> tuple[str, int, _Written]:
                 size += len(blob)
                 written.records += len(lines)
                 written.episodes += 1
+            _progress_save(export, written)
         sink.flush()
         os.fsync(sink.fileno())
     return digest.hexdigest(), size, written
+
+
+def _progress_save(export: SFTExport, written: _Written) -> None:
+    """The counts so far, for the export's page while it runs."""
+    SFTExport.objects.filter(pk=export.pk, status=ExportStatus.RUNNING).update(
+        episodes=written.episodes, records=written.records, skipped=written.skipped
+    )
 
 
 def _json_line(record: dict[str, Any]) -> bytes:
