@@ -320,6 +320,10 @@ if RL_TRAIN_DEVICE not in ("cpu", "cuda") and not RL_TRAIN_DEVICE.startswith("cu
     raise ImproperlyConfigured(f"RL_TRAIN_DEVICE={RL_TRAIN_DEVICE!r}: use cpu, cuda or cuda:N")
 RL_BASE_MODEL_DIR = env_str("RL_BASE_MODEL_DIR", str(BASE_DIR / ".llm" / "smollm2-135m-instruct"))
 RL_POLL_S = float(env_int("RL_POLL_MS", 2000)) / 1000
+# The largest LoRA rank the configured vLLM server loads (its --max-lora-rank):
+# scripts/llm/serve.sh reads the same variable and starts the CPU server at 16. The SFT
+# launch form's rank defaults to at most this, so the default adapter is not refused.
+LLM_MAX_LORA_RANK = env_int("LLM_MAX_LORA_RANK", 16)
 # SFT jobs train on the training worker's RL_TRAIN_DEVICE; a record without recorded token
 # ids is rendered with the chat template the student's vLLM serves (scripts/llm/serve.sh).
 SFT_CHAT_TEMPLATE_PATH = env_path(

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from harness_app.harness.reward import PRESET_KEY
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
+from training.lora import lora_rank_default
 from training.models import (
     ExportFormat,
     ExportStatus,
@@ -242,9 +243,14 @@ class RLJobLaunchForm(forms.Form):
 SFT_DEFAULTS = SFTJobSettings()
 
 
+def _sft_rank_default() -> int:
+    return lora_rank_default(SFT_DEFAULTS.lora_rank, server_max=settings.LLM_MAX_LORA_RANK)
+
+
 class SFTJobLaunchForm(forms.Form):
     """An SFT job: an export to train on, the policy whose server serves the adapter, and
-    the trainer's settings with Harness-1's defaults (LoRA rank 32, 3 epochs)."""
+    the trainer's settings with Harness-1's defaults (3 epochs; LoRA rank 32, or what the
+    configured vLLM server loads if that is less)."""
 
     name = forms.CharField(
         required=False, max_length=200, label="Name", help_text="Optional; blank: SFT job N."
@@ -278,14 +284,13 @@ class SFTJobLaunchForm(forms.Form):
         help_text="The optimiser's step size.",
     )
     lora_rank = forms.IntegerField(
-        initial=SFT_DEFAULTS.lora_rank,
-        help_text="At most the server's --max-lora-rank, or its publish is refused "
-        "(scripts/llm/serve.sh: 16 on the CPU unless LLM_MAX_LORA_RANK raises it).",
+        initial=_sft_rank_default,  # called when drawn: LLM_MAX_LORA_RANK may change
         widget=forms.NumberInput({"min": 1, "max": MAX_LORA_RANK}),
         label="LoRA rank",
     )
     lora_alpha = forms.IntegerField(
-        initial=SFT_DEFAULTS.lora_alpha,
+        # α / rank as in Harness-1's recipe (64 / 32) when the rank default is lowered.
+        initial=lambda: _sft_rank_default() * SFT_DEFAULTS.lora_alpha // SFT_DEFAULTS.lora_rank,
         label="LoRA α",
         help_text="LoRA's scale: the update is multiplied by α / rank.",
     )
@@ -342,6 +347,16 @@ class SFTJobLaunchForm(forms.Form):
         "records.",
         label="Gradient checkpointing",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        server_max = settings.LLM_MAX_LORA_RANK
+        self.fields["lora_rank"].help_text = (
+            f"At most the server's --max-lora-rank {server_max} (LLM_MAX_LORA_RANK; "
+            "scripts/llm/serve.sh starts the CPU server at 16), or the trained adapter is "
+            f"refused when it is published. Hence the default: Harness-1's "
+            f"{SFT_DEFAULTS.lora_rank}, or {server_max} if the server loads no more."
+        )
 
     def clean_lora_targets(self) -> list[str] | None:
         """A comma-separated list; blank leaves the default."""
