@@ -123,4 +123,55 @@ document.addEventListener("DOMContentLoaded", function () {
   });
 
   updateCount();
+
+  // --- the column chooser: untick a column to hide it (the metrics then fit a narrow
+  // screen); the choice is kept in this browser and applies to every list ----------------
+
+  var STORE = "episode-list-hidden-columns";
+  var chooser = document.getElementById("column-chooser");
+  var table = document.getElementById("episode-rows");
+  var headers = table ? Array.prototype.slice.call(table.querySelectorAll("thead th[data-col]")) : [];
+
+  function storedHidden() {
+    try { return JSON.parse(window.localStorage.getItem(STORE) || "[]"); } catch (e) { return []; }
+  }
+
+  function store(hidden) {
+    try { window.localStorage.setItem(STORE, JSON.stringify(hidden)); } catch (e) { /* not kept */ }
+  }
+
+  function showColumns(hidden) {
+    headers.forEach(function (th) {
+      var hide = hidden.indexOf(th.dataset.col) >= 0;
+      Array.prototype.forEach.call(table.rows, function (row) {
+        if (row.cells[th.cellIndex]) row.cells[th.cellIndex].hidden = hide;
+      });
+    });
+    var summary = chooser.querySelector("summary");
+    var count = headers.filter(function (th) { return hidden.indexOf(th.dataset.col) >= 0; }).length;
+    summary.textContent = count ? "Columns (" + count + " hidden)" : "Columns";
+  }
+
+  if (chooser && headers.length) {
+    var list = chooser.querySelector(".column-list");
+    var hidden = storedHidden();
+    headers.forEach(function (th) {
+      var label = document.createElement("label");
+      var box = document.createElement("input");
+      box.type = "checkbox";
+      box.value = th.dataset.col;
+      box.checked = hidden.indexOf(th.dataset.col) < 0;
+      box.addEventListener("change", function () {
+        hidden = hidden.filter(function (col) { return col !== box.value; });
+        if (!box.checked) hidden.push(box.value);
+        store(hidden);
+        showColumns(hidden);
+      });
+      label.appendChild(box);
+      label.appendChild(document.createTextNode(" " + (th.dataset.colLabel || th.textContent.trim())));
+      list.appendChild(label);
+    });
+    chooser.hidden = false;
+    showColumns(hidden);
+  }
 });

@@ -150,3 +150,34 @@ def test_two_queries_of_one_evaluation_run_are_compared_there(live_server, page)
     assert chosen == {f"{a_policy.pk}:full", f"{b_policy.pk}:full"}
     assert page.locator("select[name=benchmark]").input_value() == str(benchmark.pk)
     assert page.console_watcher.errors == []
+
+
+def _right_edge(page: Any, header: str) -> float:
+    box = page.locator("#episode-rows thead th", has_text=header).bounding_box()
+    assert box is not None, f"the {header} column is not shown"
+    return box["x"] + box["width"]
+
+
+def test_chosen_columns_bring_the_metrics_into_view_and_are_kept(
+    live_server, page, ran_batch
+) -> None:
+    _researcher(page, live_server)
+    page.set_viewport_size({"width": 900, "height": 900})
+    page.goto(f"{live_server.url}/episodes/?batch={ran_batch.pk}")
+    assert _right_edge(page, "Reward") > 900  # off-screen with every column shown
+
+    chooser = page.locator("#column-chooser")
+    chooser.locator("summary").click()
+    for name in ("Query", "Batch", "Policy · ablation"):
+        chooser.get_by_label(name, exact=True).uncheck()
+    assert page.locator("#episode-rows td.query-cell").first.is_hidden()
+    assert _right_edge(page, "Annotation") <= 900  # every metric on screen, and the last column
+
+    page.reload()
+    assert page.locator("#episode-rows td.query-cell").first.is_hidden()
+    assert _right_edge(page, "Annotation") <= 900
+    page.locator("#column-chooser summary").click()
+    assert not chooser.get_by_label("Query", exact=True).is_checked()
+    chooser.get_by_label("Query", exact=True).check()
+    assert page.locator("#episode-rows td.query-cell").first.is_visible()
+    assert page.console_watcher.errors == []

@@ -66,3 +66,22 @@ def test_identical_samples_of_a_group_share_one_card(live_server, page, ran_batc
     assert "×2 identical" in page.locator("article.sample h2").inner_text()
     assert page.locator("article.sample td.status-bad").count() == 0
     assert page.locator(".zero-variance").is_visible()
+
+
+def test_at_900_px_a_turn_and_its_curated_set_diff_stay_side_by_side(live_server, page, episode):
+    _researcher(page, live_server)
+    page.set_viewport_size({"width": 900, "height": 900})
+    page.goto(f"{live_server.url}/episodes/{episode.pk}/")
+    # The last turn that changed the curated set: the one furthest down the page.
+    changed = page.evaluate(
+        "Array.from(document.querySelectorAll('.wm-col .per-turn ul.diff'))"
+        ".map(d => d.closest('.per-turn').dataset.turn).pop()"
+    )
+    page.goto(f"{live_server.url}/episodes/{episode.pk}/#turn-{changed}")
+    turn = page.locator(f"section.turn[data-turn='{changed}']").bounding_box()
+    diff = page.locator(f".wm-col .per-turn[data-turn='{changed}'] ul.diff").bounding_box()
+    assert turn is not None and diff is not None
+    assert diff["x"] >= turn["x"] + turn["width"] - 1  # beside the turn, not under it
+    assert abs(diff["y"] - turn["y"]) < 900, (turn, diff)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 900  # no sideways scroll
+    assert page.console_watcher.errors == []
