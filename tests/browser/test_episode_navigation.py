@@ -135,9 +135,10 @@ def test_two_queries_of_one_evaluation_run_are_compared_there(live_server, page)
         evaluation = evaluation_create(
             benchmarks=[benchmark], policies=[a_policy, b_policy], runs=1, query_limit=2
         )
-    episodes = Episode.objects.filter(batch__evaluation=evaluation).order_by("query_id", "pk")
-    mine = episodes.filter(batch__policy=a_policy).first()
-    theirs = episodes.filter(batch__policy=b_policy).exclude(query_id=mine.query_id).first()
+    episodes = Episode.objects.filter(batch__evaluation=evaluation)
+    mine = episodes.filter(batch__policy=a_policy).order_by("query_id")[0]
+    theirs = episodes.filter(batch__policy=b_policy).order_by("-query_id")[0]
+    assert mine.query_id != theirs.query_id  # the run's two queries, one from each side
     _researcher(page, live_server)
     page.goto(f"{live_server.url}/episodes/?ids={mine.pk},{theirs.pk}")
     _tick(page, mine, theirs)
