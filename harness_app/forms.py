@@ -87,7 +87,9 @@ class PolicyConfigForm(forms.ModelForm):
         help_texts = {
             "base_url": "The OpenAI-compatible server; blank: the configured vLLM server.",
             "model": "The model name the server serves; needed for an OpenAI-compatible policy.",
-            "sampling": 'JSON, e.g. {"temperature": 0.7, "top_p": 0.95, "max_tokens": 2048}.',
+            "sampling": 'JSON, e.g. {"temperature": 0.7, "top_p": 0.95, "max_tokens": 2048}. '
+            'For the rule baseline, {"temperature": 0.2} samples its choices, seeded per '
+            "episode (its samples then differ); 0 or none: deterministic.",
             "context_limit": "The prompt cap in tokens; blank: 30,720 (rerender) or 32,768 "
             "(append).",
             "retriever": "What search_corpus ranks with; dense and hybrid need the dense extra "

@@ -227,7 +227,8 @@ class ImportJob(models.Model):
 
 
 class PolicyKind(models.TextChoices):
-    BASELINE = "baseline", "Deterministic baseline"
+    # Deterministic at temperature 0, the default; sampled above it (rule_temperature).
+    BASELINE = "baseline", "Rule baseline (no model)"
     OPENAI = "openai", "OpenAI-compatible (vLLM)"
 
 
@@ -338,10 +339,20 @@ class PolicyConfig(models.Model):
         return self.name
 
     @property
+    def rule_temperature(self) -> float:
+        """A baseline config's temperature: 0 (the default) plays the deterministic
+        baseline, above 0 its sampled variant, seeded per episode
+        (harness.policies.rule_policy, policies/sampled.py)."""
+        temperature = (self.sampling or {}).get("temperature", 0.0)
+        numeric = isinstance(temperature, int | float) and not isinstance(temperature, bool)
+        return max(float(temperature), 0.0) if numeric else 0.0
+
+    @property
     def is_deterministic(self) -> bool:
-        """True when every sample of a query is the same episode: the rule baseline, or a
-        model sampled at temperature 0 (greedy). The client's default temperature is 1."""
+        """True when every sample of a query is the same episode: the rule baseline at
+        temperature 0, or a model sampled at temperature 0 (greedy). The model client's
+        default temperature is 1; the baseline's is 0."""
         if self.kind == PolicyKind.BASELINE:
-            return True
+            return self.rule_temperature == 0
         temperature = (self.sampling or {}).get("temperature", 1.0)
         return isinstance(temperature, int | float) and temperature == 0

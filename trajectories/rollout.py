@@ -20,7 +20,7 @@ from harness_app.harness.env import SearchHarness
 from harness_app.harness.llm.chat_policy import ChatPolicy, ChatPolicyConfig
 from harness_app.harness.llm.client import ChatClient, ModelCallRecord, Sampling
 from harness_app.harness.llm.verifier import LLMVerifier
-from harness_app.harness.policies import make_policy
+from harness_app.harness.policies import rule_policy
 from harness_app.harness.policies.base import Policy
 from harness_app.harness.reader import (
     Reader,
@@ -58,7 +58,18 @@ def query_spec(query: Query) -> QuerySpec:
 
 
 def policy_version(config: PolicyConfig) -> str:
-    return "baseline" if config.kind == PolicyKind.BASELINE else f"{config.name}@{config.model}"
+    if config.kind != PolicyKind.BASELINE:
+        return f"{config.name}@{config.model}"
+    temperature = config.rule_temperature
+    return "baseline" if temperature == 0 else f"baseline_sampled@{temperature:g}"
+
+
+def episode_seed(episode: Episode, batch: RolloutBatch) -> int:
+    """What seeds a sampling rule policy: the config's own `seed`, the sample index and an
+    evaluation run's index, so samples and runs differ and a rerun repeats them."""
+    base = (batch.policy.sampling or {}).get("seed", 0)
+    run = batch.evaluation_run_index or 0
+    return int(base) + run * batch.samples_per_query + episode.sample_index
 
 
 def harness_config(config: PolicyConfig, batch: RolloutBatch) -> HarnessConfig:
@@ -78,10 +89,13 @@ def policy_build(
     batch: RolloutBatch,
     tools: list[dict[str, Any]],
     prefix_messages: list[dict[str, Any]] | None = None,
+    *,
+    seed: int = 0,
 ) -> Policy:
     if config.kind == PolicyKind.BASELINE:
         # The baseline must only call tools this episode's ablation offers.
-        return make_policy("baseline", tools=[t["function"]["name"] for t in tools])
+        names = [t["function"]["name"] for t in tools]
+        return rule_policy(tools=names, temperature=config.rule_temperature, seed=seed)
     base_url = policy_base_url(config)
     api_key = model_server_api_key(base_url)
     client = ChatClient(
@@ -221,7 +235,13 @@ def _run(
     started: float,
 ) -> str:
     batch, group, query = episode.rollout_parts()
-    policy = policy_build(batch.policy, batch, env.tool_schemas(), group.prefix_messages)
+    policy = policy_build(
+        batch.policy,
+        batch,
+        env.tool_schemas(),
+        group.prefix_messages,
+        seed=episode_seed(episode, batch),
+    )
     if isinstance(policy, ChatPolicy):
         # The budget in real tokens: the policy model's tokenizer counts the context.
         env.set_token_counter(policy.token_counter())

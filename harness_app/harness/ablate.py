@@ -104,10 +104,11 @@ def matrix_run(
         env = SearchHarness(retriever, config=config, ablation=ablation)
         tools = [schema["function"]["name"] for schema in env.tool_schemas()]
         per_run = []
-        for _ in range(runs):
+        for run in range(runs):
             results = []
             for query in queries:
-                policy = make_policy(policy_name, tools=tools)
+                # The run index seeds a sampling policy: runs differ, and repeat exactly.
+                policy = make_policy(policy_name, tools=tools, seed=run)
                 results.append(run_episode(env, policy, query, weights=weights))
                 done += 1
                 if progress is not None:

@@ -196,7 +196,7 @@ def evaluate_condition(
     env = SearchHarness(retriever, config=config, ablation=ablation)
     tools = [schema["function"]["name"] for schema in env.tool_schemas()]
     for query in queries:
-        policy = make_policy(policy_name, tools=tools)
+        policy = make_policy(policy_name, tools=tools, seed=run)
         result = run_episode(env, policy, query, weights=weights)
         # Compare like with like: the curated set against BM25 cut at its size, and the
         # whole trajectory against BM25 cut at the number of documents the episode showed.

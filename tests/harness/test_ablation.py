@@ -139,7 +139,7 @@ class SilentPolicy:
 
 
 def test_errors_counts_episodes_that_ended_in_failure(capsys, tmp_path, monkeypatch):
-    monkeypatch.setitem(policies.POLICY_FACTORIES, "silent", lambda tools: SilentPolicy())
+    monkeypatch.setitem(policies.POLICY_FACTORIES, "silent", lambda tools, seed: SilentPolicy())
     argv = ["--policy", "silent", "--conditions", "full", "--limit", "3", "--json"]
     code, out, _ = ablate(capsys, tmp_path, *argv)
     assert code == 0

@@ -199,7 +199,7 @@ def fixture_index(tmp_path_factory: pytest.TempPathFactory) -> BM25Index:
 
 
 def _held_out_rows(index: BM25Index, config: BaselineConfig | None = None) -> list[dict]:
-    POLICY_FACTORIES["_bridging_test"] = lambda tools: BaselinePolicy(config, tools=tools)
+    POLICY_FACTORIES["_bridging_test"] = lambda tools, seed: BaselinePolicy(config, tools=tools)
     try:
         return list(
             evaluate_condition(

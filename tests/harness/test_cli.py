@@ -123,7 +123,10 @@ def test_reward_preset_chooses_the_weights(beir, tmp_path, capsys):
     [
         (["eval", "{missing}"], "error: BEIR folder not found: {missing}"),
         (["eval", "{beir}", "--ablate", "telepathy"], "unknown mechanism(s) 'telepathy'"),
-        (["eval", "{beir}", "--policy", "oracle"], "unknown policy 'oracle' (known: baseline)"),
+        (
+            ["eval", "{beir}", "--policy", "oracle"],
+            "unknown policy 'oracle' (known: baseline, baseline_sampled)",
+        ),
         (["eval", "{beir}", "--split", "dev"], "has no qrels/dev.tsv"),
         (["eval", "{beir}", "--runs", "0"], "must be at least 1"),
         (

@@ -195,7 +195,7 @@ def test_the_baseline_policy_config_exists_after_migrating() -> None:
     from harness_app.models import PolicyConfig
 
     baseline = PolicyConfig.objects.get(name="baseline")
-    assert baseline.kind == "baseline" and baseline.get_kind_display() == "Deterministic baseline"
+    assert baseline.kind == "baseline" and baseline.get_kind_display() == "Rule baseline (no model)"
 
 
 def test_a_benchmark_with_rollouts_is_not_replaced(existing, tmp_path: Path) -> None:

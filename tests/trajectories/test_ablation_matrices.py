@@ -142,7 +142,7 @@ def test_a_crash_mid_run_fails_the_matrix_with_a_message_and_no_result(
 ):
     built = []
 
-    def crashing(tools):
+    def crashing(tools, seed):
         built.append(tools)
         if len(built) == 3:
             raise RuntimeError("policy crashed on episode 3")

@@ -14,8 +14,9 @@ def test_setup_demo_queues_demo_rollouts_once(capsys, django_capture_on_commit_c
     with django_capture_on_commit_callbacks() as sent:
         call_command("setup_demo")
     labels = sorted(RolloutBatch.objects.values_list("ablation_label", flat=True))
-    assert labels == ["-evidence_graph", "full"]
-    assert sum(b.episodes_total for b in RolloutBatch.objects.all()) == 12 * 2 + 12
+    assert labels == ["-verification", "full"]
+    assert sum(b.episodes_total for b in RolloutBatch.objects.all()) == 12 * 4 + 12 * 2
+    assert {b.policy.name for b in RolloutBatch.objects.all()} == {"baseline_sampled"}
     batch_sends = [f for f in sent if "batch_create" in f.__qualname__]
     assert len(batch_sends) == 2  # one enqueue per batch, after commit
     call_command("setup_demo")

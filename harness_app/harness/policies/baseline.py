@@ -202,7 +202,7 @@ class BaselinePolicy:
         limit = cfg.lookups_per_round if self._round == 1 else cfg.later_lookups
         chosen: list[Candidate] = []
         lookups: list[Candidate] = []
-        for candidate in [*named, *bridges]:
+        for candidate in self._order_candidates([*named, *bridges]):
             if len(lookups) >= limit:
                 break
             chosen.append(candidate)
@@ -222,6 +222,10 @@ class BaselinePolicy:
         if not calls and self._phase == "read":
             return self._read_found(state)
         return calls
+
+    def _order_candidates(self, candidates: list[Candidate]) -> list[Candidate]:
+        """The order lookups are taken in: as ranked (the sampled variant draws one)."""
+        return candidates
 
     def _read_found(self, state: HarnessState) -> list[ToolCall]:
         """Read the articles the last round found; they are the next round's frontier."""

@@ -1,5 +1,6 @@
-"""Create the demo logins, the demo benchmark with its index, and two demo batches, for
-`make run`. It lives in trajectories, the app that owns rollouts, as it queues batches."""
+"""Create the demo logins, the demo benchmark with its index, the sampled baseline's policy
+config and two demo batches of it, for `make run`. It lives in trajectories, the app that
+owns rollouts, as it queues batches."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ DEMO_USERS = (
 )
 DEMO_DATA = Path(harness_app.__file__).resolve().parent / "demo_data"
 DEMO_NAME = "demo"
+# The deterministic baseline plays every sample, run and ablation of a demo question the
+# same way; its sampled variant (harness_app/harness/policies/sampled.py) does not, so the
+# demo's groups, ablation matrices and evaluation runs show a spread.
+DEMO_POLICY = "baseline_sampled"
+DEMO_TEMPERATURE = 0.2
+# (switched off, samples per query): a group of 4 per question, and verification off,
+# which changes this policy's curated sets on the demo questions.
+DEMO_BATCHES = (((), 4), (("verification",), 2))
 
 
 class Command(BaseCommand):
@@ -37,7 +46,8 @@ class Command(BaseCommand):
             state = "created" if created else "exists, password unchanged"
             self.stdout.write(f"  login {username} / {password}  ({role.label.lower()}, {state})")
         self._demo_benchmark()
-        self._demo_rollouts()
+        policy = self._demo_policy()
+        self._demo_rollouts(policy)
 
     def _demo_benchmark(self) -> None:
         # replace=True: a newer demo_data/ swaps the old demo out; identical data is a no-op.
@@ -55,21 +65,33 @@ class Command(BaseCommand):
         action = "built" if built else "already built"
         self.stdout.write(f"  index of corpus {corpus.name!r} {action}: {index.directory}")
 
-    def _demo_rollouts(self) -> None:
-        """Queue two baseline batches once (full, and without the evidence graph) so the
-        dashboard, viewer and compare pages have episodes; the worker runs them in seconds."""
+    def _demo_policy(self) -> PolicyConfig:
+        """The sampled baseline's config, beside the deterministic "baseline" (created by a
+        migration), for the batch, matrix and evaluation forms to offer."""
+        policy, created = PolicyConfig.objects.get_or_create(
+            name=DEMO_POLICY,
+            defaults={"kind": PolicyKind.BASELINE, "sampling": {"temperature": DEMO_TEMPERATURE}},
+        )
+        state = "created" if created else "exists"
+        self.stdout.write(
+            f"  policy {DEMO_POLICY} (the baseline at temperature "
+            f"{policy.rule_temperature:g}, seeded per sample): {state}"
+        )
+        return policy
+
+    def _demo_rollouts(self, policy: PolicyConfig) -> None:
+        """Queue two batches of the sampled baseline once (the full harness in groups of 4,
+        and without verification) so the dashboard, viewer, group and compare pages have
+        episodes that differ; the worker runs them in seconds."""
         benchmark = Benchmark.objects.get(name=DEMO_NAME)
         if RolloutBatch.objects.filter(benchmark=benchmark).exists():
             self.stdout.write("  demo rollouts exist")
             return
-        policy, _ = PolicyConfig.objects.get_or_create(
-            name="baseline", defaults={"kind": PolicyKind.BASELINE}
-        )
-        for ablate, samples in (((), 2), (("evidence_graph",), 1)):
+        for ablate, samples in DEMO_BATCHES:
             batch = batch_create(
                 benchmark=benchmark, policy=policy, samples_per_query=samples, ablate=ablate
             )
             self.stdout.write(
                 f"  queued demo batch {batch.pk} ({batch.ablation_label}): "
-                f"{batch.episodes_total} baseline episodes"
+                f"{batch.episodes_total} {DEMO_POLICY} episodes"
             )
