@@ -47,6 +47,8 @@ def episodes(db: Any) -> list[Episode]:
         benchmark=factories.demo_benchmark(), policy=factories.baseline_policy(), query_limit=1
     )
     made = factories.synthetic_episodes(batch, 4)
+    for turns, episode in enumerate(made, start=5):  # four items, not four identical samples
+        Episode.objects.filter(pk=episode.pk).update(turns=turns)
     return list(Episode.objects.filter(pk__in=[e.pk for e in made]).order_by("pk"))
 
 
@@ -224,7 +226,7 @@ def test_the_queue_page_shows_the_counts(people, episodes):
     client = _client(people["ann"])
     annotation_label(annotator=people["ann"], episode=episodes[3], label="approve")
     page = client.get("/annotate/").content.decode()
-    assert '<span id="count-mine-done">1</span> done' in page
+    assert '<span id="count-mine-done">1</span> episodes done' in page
     assert '<span id="count-mine-left">3</span> to go' in page
     assert '<span id="count-done">1</span> of <span id="count-total">4</span>' in page
 

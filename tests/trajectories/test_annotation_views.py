@@ -3,6 +3,7 @@ judgement, provenance on the viewer, roles and query counts."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -18,12 +19,8 @@ from trajectories.models import (
     AnnotationStatus,
     Episode,
 )
-from trajectories.services.annotations import (
-    annotation_bulk_preview,
-    annotation_label,
-    cohens_kappa,
-    fleiss_kappa,
-)
+from trajectories.selectors.agreement import cohens_kappa, fleiss_kappa
+from trajectories.services.annotations import annotation_bulk_preview, annotation_label
 
 pytestmark = pytest.mark.django_db
 
@@ -138,8 +135,10 @@ def test_annotator_is_blind_to_the_others_label(ran_batch, settings) -> None:
     assert response.context["item"].mine is None
     page = response.content.decode()
     assert "SECRET-NOTE-31337" not in page
-    assert "Your label:" not in page and 'value="reward_hacking" selected' not in page
-    assert Annotation.objects.filter(annotator=first_user).count() == 1
+    assert "Your label:" not in page
+    assert not re.search(r'value="reward_hacking"[^>]*checked', page)
+    assert re.search(r'value=""[^>]*checked', page)  # "No reason", the form's own start
+    assert Annotation.objects.filter(annotator=first_user).count() == 2  # both samples
 
 
 def test_label_refused_while_another_holds_the_episode(ran_batch) -> None:
@@ -178,8 +177,8 @@ def test_review_shows_own_label_and_links_previous_and_next(ran_batch) -> None:
     earlier = client.get(f"/annotate/episodes/{a.pk}/")
     assert "mine" in earlier.content.decode()
     assert earlier.context["next_url"] == f"/annotate/episodes/{b.pk}/"
-    unlabelled = ran_batch.episodes.exclude(pk__in=[a.pk, b.pk]).first()
-    assert client.get(f"/annotate/episodes/{unlabelled.pk}/").status_code == 404
+    other, _ = _client("ann2", Role.ANNOTATOR)
+    assert other.get(f"/annotate/episodes/{a.pk}/").status_code == 404  # not theirs
 
 
 def test_queue_page_escapes_untrusted_text(hostile_episode, payloads) -> None:
@@ -191,19 +190,21 @@ def test_queue_page_escapes_untrusted_text(hostile_episode, payloads) -> None:
         assert payload not in page
 
 
-def test_queue_page_query_counts_are_pinned(ran_batch, django_assert_num_queries) -> None:
+def test_queue_page_query_counts_are_pinned(ran_batch, django_assert_max_num_queries) -> None:
     client, _ = _client("ann", Role.ANNOTATOR)
     client.get("/")  # the session's first request settles the login
     # Taking a new item: savepoint, the held lock, stale locks deleted, candidates, the
-    # episode row lock, expired locks, savepoint + lock insert + release, lock event,
-    # the episode, savepoint release; then the item (episode, qrels, curated set, own
-    # label), the counts, the undoable decision, the last label for `k`, and the
-    # benchmark and policy dropdowns.
-    with django_assert_num_queries(LOGIN_QUERIES + 21):
+    # episode row lock, expired locks, savepoint + lock insert + release, lock event, the
+    # episode; its identical sample found (candidates, curated sets, calls) and taken the
+    # same way (six); savepoint release. Then the item (episode, qrels, curated set, own
+    # label), its trajectory (turns, curation log, verifications), the identical samples a
+    # label gives (own label, candidates, curated sets, calls), the counts, the undoable
+    # decision, the last label for `k`, and the benchmark and policy dropdowns.
+    with django_assert_max_num_queries(LOGIN_QUERIES + 40):
         response = client.get("/annotate/")
-    assert response.context["item"] is not None
+    assert response.context["item"].count == 2
     # The same item again, held: savepoint, the held lock, savepoint release, then the same.
-    with django_assert_num_queries(LOGIN_QUERIES + 12):
+    with django_assert_max_num_queries(LOGIN_QUERIES + 19):
         client.get("/annotate/")
 
 

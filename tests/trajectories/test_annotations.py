@@ -18,6 +18,7 @@ from trajectories.models import (
     Episode,
     EpisodeStatus,
 )
+from trajectories.selectors.agreement import cohens_kappa, fleiss_kappa
 from trajectories.services.annotations import (
     AnnotationError,
     annotation_bulk_apply,
@@ -25,8 +26,6 @@ from trajectories.services.annotations import (
     annotation_bulk_undo,
     annotation_label,
     annotation_next,
-    cohens_kappa,
-    fleiss_kappa,
     reward_hacking_candidates,
     status_from_labels,
 )

@@ -22,6 +22,7 @@ from harness_app.ids import as_id, id_problem
 from harness_app.roles import Role, user_has_role
 from trajectories.api.filters import FILTER_PARAMETERS, filters_from, query_filters
 from trajectories.models import Annotation, AnnotationBulkAction
+from trajectories.selectors.agreement import annotation_agreement
 from trajectories.serializers import (
     AgreementSerializer,
     AnnotationCreateSerializer,
@@ -36,7 +37,6 @@ from trajectories.serializers import (
 )
 from trajectories.services.annotations import (
     AnnotationError,
-    annotation_agreement,
     annotation_bulk_apply,
     annotation_bulk_preview,
     annotation_bulk_undo,

@@ -6,13 +6,25 @@ Writes go through services/annotations.py; nothing here changes a row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 
+from harness_app.harness.tools import (
+    CURATE,
+    END_SEARCH,
+    FAN_OUT_SEARCH,
+    GREP_CORPUS,
+    READ_DOCUMENT,
+    REVIEW_DOCS,
+    SEARCH_CORPUS,
+    VERIFY,
+)
 from trajectories.episode_filters import FILTER_KEYS, EpisodeFilterError, episode_filters_clean
 from trajectories.models import (
     Annotation,
@@ -23,14 +35,19 @@ from trajectories.models import (
     AnnotationLock,
     CuratedItem,
     Episode,
+    Verification,
 )
-from trajectories.selectors.batches import query_grades
+from trajectories.selectors.agreement import annotation_agreement
 from trajectories.selectors.episode_list import RANGE_FIELDS
-from trajectories.services.annotations import (
-    annotation_agreement,
-    default_overlap,
-    queue_pool,
+from trajectories.selectors.turns import (
+    Change,
+    Gold,
+    final_curation_log,
+    gold_for,
+    turn_rows,
+    turn_views,
 )
+from trajectories.services.annotations import default_overlap, label_family, queue_pool
 
 RECENT_BULK_ACTIONS = 20
 
@@ -123,15 +140,44 @@ class CuratedRow:
 
 
 @dataclass(frozen=True)
+class Action:
+    """One tool call of a turn, in a line: the tool, its arguments, the harness's refusal."""
+
+    tool: str
+    text: str
+    error: str  # why the harness refused the call; "" when it ran
+
+
+@dataclass(frozen=True)
+class Step:
+    """One turn of the card's compact trajectory."""
+
+    index: int
+    actions: list[Action]
+    changes: list[Change]  # the curated-set diff of the turn, gold grades on each
+    verdicts: list[tuple[str, str, int | None]]  # verify: (document, verdict, grade)
+    format_errors: int  # this turn's
+
+
+@dataclass(frozen=True)
 class QueueItem:
     episode: Episode
     curated: list[CuratedRow]
     gold: dict[str, int]  # relevant documents only: external id -> grade
     mine: Annotation | None  # this annotator's own label (review mode); never anyone else's
+    trajectory: list[Step] = field(default_factory=list)
+    identical: list[int] = field(default_factory=list)  # the label goes to these as well
+
+    @property
+    def count(self) -> int:
+        """Episodes one label here gives: this one and its identical samples."""
+        return 1 + len(self.identical)
 
 
-def queue_item(*, episode_id: int, annotator: Any) -> QueueItem | None:
-    """The episode with its final curated set and relevance marks. Four queries."""
+def queue_item(*, episode_id: int, annotator: Any, now: datetime) -> QueueItem | None:
+    """The episode with its final curated set, relevance marks, compact trajectory and the
+    identical samples a label gives as well: eight queries, three more with a sample that
+    ended the same."""
     episode = (
         Episode.objects.select_related("query", "batch__benchmark", "batch__policy")
         .filter(pk=episode_id)
@@ -139,21 +185,113 @@ def queue_item(*, episode_id: int, annotator: Any) -> QueueItem | None:
     )
     if episode is None:
         return None
-    grades = query_grades(query_id=episode.query_id)
+    gold = gold_for(query_id=episode.query_id)
     rows = (
         CuratedItem.objects.filter(episode_id=episode_id)
         .order_by("added_turn", "pk")
         .values_list("document__external_id", "document__title", "tag")
     )
-    curated = [CuratedRow(doc, title, tag, grades.get(doc)) for doc, title, tag in rows]
-    gold = {doc: grade for doc, grade in grades.items() if grade > 0}
+    curated = [CuratedRow(doc, title, tag, gold.grade(doc)) for doc, title, tag in rows]
+    relevant = {doc: gold.grades[doc] for doc in gold.relevant}
     mine = Annotation.objects.filter(episode_id=episode_id, annotator=annotator).first()
-    return QueueItem(episode=episode, curated=curated, gold=gold, mine=mine)
+    return QueueItem(
+        episode=episode,
+        curated=curated,
+        gold=relevant,
+        mine=mine,
+        trajectory=trajectory_steps(episode=episode, gold=gold),
+        identical=label_family(annotator=annotator, episode=episode, now=now),
+    )
+
+
+# --- the compact trajectory ---------------------------------------------------------------------
+
+
+def trajectory_steps(*, episode: Episode, gold: Gold) -> list[Step]:
+    """Each turn in a line: what the agent did, what it changed in the curated set and
+    which calls the harness refused. The per-turn replay is the viewer's (turns.py);
+    three queries: turns, the curation log, verifications."""
+    rows = list(turn_rows(Q(episode=episode)).defer("observation"))
+    for row in rows:
+        row.observation = ""  # not shown on the card: never read, nor loaded row by row
+    log = final_curation_log(Q(episode=episode)).get(episode.pk, [])
+    verdicts: dict[int, list[tuple[str, str, int | None]]] = {}
+    found = Verification.objects.filter(episode=episode).order_by("turn_index", "pk")
+    for turn, doc, verdict in found.values_list("turn_index", "document__external_id", "verdict"):
+        verdicts.setdefault(turn, []).append((doc, verdict, gold.grade(doc)))
+    steps = []
+    for row, view in zip(rows, turn_views(rows=rows, curation_log=log, gold=gold), strict=True):
+        if view.index == 0 and not row.tool_calls:
+            continue  # the reset: the opening observation, no call
+        refused = {r.get("call_id"): r.get("error") or "" for r in row.tool_results or []}
+        actions = [
+            Action(str(c.get("name", "")), action_text(c), refused.get(c.get("call_id"), ""))
+            for c in row.tool_calls
+        ]
+        steps.append(
+            Step(
+                view.index, actions, view.changes, verdicts.get(view.index, []), view.format_errors
+            )
+        )
+    return steps
+
+
+def _quoted(text: Any) -> str:
+    return f"“{text}”" if text else ""
+
+
+def _ids(ids: Any) -> str:
+    return ", ".join(map(str, ids or []))
+
+
+def _curation(args: Mapping[str, Any]) -> str:
+    added, removed = args.get("add_ids") or [], args.get("remove_ids") or []
+    retagged = set(args.get("importance") or {}) - set(added)
+    parts = [
+        f"+{len(added)}" if added else "",
+        f"−{len(removed)}" if removed else "",
+        f"retag {len(retagged)}" if retagged else "",
+    ]
+    return " ".join(p for p in parts if p) or "no change asked"
+
+
+# A tool's arguments in a line; the curated-set diff beside it says what a curation did.
+_ARGUMENTS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    SEARCH_CORPUS: lambda a: _quoted(a.get("query")),
+    FAN_OUT_SEARCH: lambda a: " · ".join(_quoted(q) for q in a.get("queries") or []),
+    GREP_CORPUS: lambda a: f"/{a.get('pattern', '')}/",
+    READ_DOCUMENT: lambda a: str(a.get("doc_id", "")),
+    REVIEW_DOCS: lambda a: _ids(a.get("doc_ids")),
+    CURATE: _curation,
+    VERIFY: lambda a: f"{_quoted(a.get('claim'))} on {_ids(a.get('doc_ids'))}",
+    END_SEARCH: lambda a: _quoted(a.get("reasoning")),
+}
+
+
+def action_text(call: Mapping[str, Any]) -> str:
+    """A tool call's arguments as a line of text: queries quoted, documents by id; a call
+    the harness could not read (unknown tool, arguments not an object) as it came."""
+    args = call.get("arguments")
+    show = _ARGUMENTS.get(str(call.get("name", "")))
+    if show is None or not isinstance(args, dict):
+        return json.dumps(args, ensure_ascii=False)
+    return show(args)
+
+
+def _decisions(annotator: Any) -> QuerySet[Annotation]:
+    """The annotator's labels less the copies a label gave an item's identical samples (their
+    latest label event names the episode it was given on), so `k` and `j` go item by item."""
+    latest = AnnotationEvent.objects.filter(
+        episode=OuterRef("episode_id"), actor=annotator, kind=AnnotationEventKind.LABEL
+    ).order_by("-created_at", "-pk")
+    copy_of = Subquery(latest.values("after__identical_to")[:1])
+    mine = Annotation.objects.filter(annotator=annotator)
+    return mine.annotate(copy_of=copy_of).filter(copy_of__isnull=True)
 
 
 def last_labelled(*, annotator: Any, before: Annotation | None = None) -> Annotation | None:
     """The annotator's most recent label, or the one just before `before` (for `k`)."""
-    mine = Annotation.objects.filter(annotator=annotator)
+    mine = _decisions(annotator)
     if before is not None:
         mine = mine.filter(updated_at__lt=before.updated_at)
     return mine.order_by("-updated_at", "-pk").first()
@@ -161,7 +299,7 @@ def last_labelled(*, annotator: Any, before: Annotation | None = None) -> Annota
 
 def next_labelled(*, annotator: Any, after: Annotation) -> Annotation | None:
     """The annotator's label made just after `after` (for `j` in review mode)."""
-    later = Annotation.objects.filter(annotator=annotator, updated_at__gt=after.updated_at)
+    later = _decisions(annotator).filter(updated_at__gt=after.updated_at)
     return later.order_by("updated_at", "pk").first()
 
 

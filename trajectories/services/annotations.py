@@ -1,4 +1,4 @@
-"""Annotations: the queue that hands episodes to annotators, labels, bulk actions, agreement.
+"""Annotations: the queue that hands episodes to annotators, labels, skip, undo, bulk actions.
 
 Every write goes through a function here, and each keeps `Episode.annotation_status` and
 `Episode.annotation_count` in step with the labels, so filters and SFT exports read one
@@ -12,14 +12,20 @@ hold the same episode at once, and an expired lock is simply taken over. An epis
 coming back to the queue until `overlap` distinct annotators have labelled it, and the
 queue never shows an annotator what the others said. Of a teacher batch's episodes, only
 those that passed the batch's filter rule (teacher_rule.py) are queued.
+
+Identical samples (selectors/identical.py: a deterministic policy's repeats) are one item on
+the queue page: `annotation_next(with_identical=True)` locks the item's identical samples to
+the annotator with it, and `annotation_label(with_identical=True)` gives them the same label,
+each with its own Annotation and an event that names the episode the label was given on
+(`identical_to`; that episode's event lists them under `identical`). Skip and undo act on
+the whole item. The API labels one episode at a time. Agreement is read in
+selectors/agreement.py.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections import Counter, defaultdict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,6 +48,7 @@ from trajectories.models import (
     Episode,
     EpisodeStatus,
 )
+from trajectories.selectors.identical import identical_samples
 
 MAX_OVERLAP = 20
 CANDIDATES_PER_ROUND = 20
@@ -127,9 +134,19 @@ def label_check(*, label: str, reason: str) -> None:
 
 @transaction.atomic
 def annotation_label(
-    *, annotator: Any, episode: Episode, label: str, reason: str = "", notes: str = ""
+    *,
+    annotator: Any,
+    episode: Episode,
+    label: str,
+    reason: str = "",
+    notes: str = "",
+    with_identical: bool = False,
 ) -> Annotation:
-    """Record (or change) this annotator's label on the episode and release their lock."""
+    """Record (or change) this annotator's label on the episode and release their lock.
+
+    With `with_identical` (the queue page) the label also goes to the episodes that
+    `label_family` names, so one decision labels every identical sample of the item.
+    """
     label_check(label=label, reason=reason)
     # The row lock serialises concurrent labels of one episode, so the status is right.
     episode = Episode.objects.select_for_update().get(pk=episode.pk)
@@ -138,7 +155,8 @@ def annotation_label(
     # Another annotator holds it from the queue: labelling it now (as the API could) would
     # break the queue's promise that one annotator works an episode at a time. Who holds
     # it is not said: annotators label blind.
-    held = _live_locks(timezone.now()).filter(episode=episode).exclude(annotator=annotator)
+    now = timezone.now()
+    held = _live_locks(now).filter(episode=episode).exclude(annotator=annotator)
     until = held.values_list("expires_at", flat=True).first()
     if until is not None:
         raise AnnotationError(
@@ -146,21 +164,50 @@ def annotation_label(
             f"{until:%H:%M:%S} UTC; take your next episode from the queue",
             field="episode",
         )
-    existing = Annotation.objects.filter(episode=episode, annotator=annotator).first()
+    family = label_family(annotator=annotator, episode=episode, now=now) if with_identical else []
+    list(Episode.objects.select_for_update().filter(pk__in=family))
+    for pk in family:
+        _label_write(annotator, pk, (label, reason, notes), {"identical_to": episode.pk})
+    # Written last, so that it is the decision an undo finds.
+    marks = {"identical": family} if family else {}
+    annotation = _label_write(annotator, episode.pk, (label, reason, notes), marks)
+    _status_refresh([episode.pk, *family])
+    return annotation
+
+
+def _label_write(
+    annotator: Any, episode_id: int, judgement: tuple[str, str, str], marks: dict[str, Any]
+) -> Annotation:
+    """One episode's label, its lock released and its event (with `marks`) written."""
+    existing = Annotation.objects.filter(episode_id=episode_id, annotator=annotator).first()
     before = _snapshot(existing)
-    annotation = existing or Annotation(episode=episode, annotator=annotator)
-    annotation.label, annotation.reason, annotation.notes = label, reason, notes
+    annotation = existing or Annotation(episode_id=episode_id, annotator=annotator)
+    annotation.label, annotation.reason, annotation.notes = judgement
     annotation.save()
-    AnnotationLock.objects.filter(episode=episode, annotator=annotator).delete()
+    AnnotationLock.objects.filter(episode_id=episode_id, annotator=annotator).delete()
     AnnotationEvent.objects.create(
         actor=annotator,
         kind=AnnotationEventKind.LABEL,
-        episode=episode,
+        episode_id=episode_id,
         before=before,
-        after=_snapshot(annotation),
+        after={**(_snapshot(annotation) or {}), **marks},
     )
-    _status_refresh([episode.pk])
     return annotation
+
+
+def label_family(*, annotator: Any, episode: Episode, now: datetime) -> list[int]:
+    """The identical samples of `episode` that the queue page's label on it also gives (its
+    "×N"): those the annotator holds with it and has not labelled, and when they relabel it,
+    those they labelled the same. Never one that another annotator holds."""
+    own = Annotation.objects.filter(episode=OuterRef("pk"), annotator=annotator)
+    held = _live_locks(now).filter(episode=OuterRef("pk"), annotator=annotator)
+    reach = Q(Exists(held)) & ~Q(Exists(own))
+    mine = Annotation.objects.filter(episode=episode, annotator=annotator).first()
+    if mine is not None:
+        reach |= Q(Exists(own.filter(label=mine.label, reason=mine.reason)))
+    others = _live_locks(now).filter(episode=OuterRef("pk")).exclude(annotator=annotator)
+    among = Episode.objects.filter(reach).exclude(Exists(others))
+    return identical_samples(episode=episode, among=among)
 
 
 # --- the queue ----------------------------------------------------------------------------
@@ -178,11 +225,13 @@ def _live_locks(now: datetime) -> QuerySet[AnnotationLock]:
 
 def _held(annotator: Any, now: datetime) -> Assignment | None:
     """The annotator's live lock on an episode they have not labelled yet, if any."""
+    # The first lock taken: the queue page's item, whose identical samples came with it.
     lock = (
         _live_locks(now)
         .filter(annotator=annotator)
         .exclude(episode__annotations__annotator=annotator)
         .select_related("episode")
+        .order_by("pk")
         .first()
     )
     return Assignment(episode=lock.episode, expires_at=lock.expires_at) if lock else None
@@ -198,18 +247,27 @@ def queue_pool(*, filters: Mapping[str, Any]) -> QuerySet[Episode]:
     )
 
 
+def _open_to(
+    annotator: Any, filters: Mapping[str, Any], overlap: int, now: datetime
+) -> QuerySet[Episode]:
+    """The episodes the queue may hand this annotator now: free, short of labels, not theirs."""
+    taken = _live_locks(now).filter(episode=OuterRef("pk"))
+    mine = Annotation.objects.filter(episode=OuterRef("pk"), annotator=annotator)
+    return (
+        queue_pool(filters=filters)
+        .filter(annotation_count__lt=overlap)
+        .filter(~Exists(taken), ~Exists(mine))
+    )
+
+
 def _candidate_ids(
     annotator: Any, filters: Mapping[str, Any], overlap: int, now: datetime
 ) -> list[int]:
-    taken = _live_locks(now).filter(episode=OuterRef("pk"))
-    mine = Annotation.objects.filter(episode=OuterRef("pk"), annotator=annotator)
     skips = AnnotationEvent.objects.filter(
         episode=OuterRef("pk"), actor=annotator, kind=AnnotationEventKind.SKIP
     )
     episodes = (
-        queue_pool(filters=filters)
-        .filter(annotation_count__lt=overlap)
-        .filter(~Exists(taken), ~Exists(mine))
+        _open_to(annotator, filters, overlap, now)
         .annotate(skipped_at=Subquery(skips.order_by("-created_at").values("created_at")[:1]))
         # Never-skipped first, then the longest-skipped; among those, episodes already
         # labelled by others first: overlap sets complete sooner.
@@ -236,12 +294,18 @@ def _lock_take(episode_id: int, annotator: Any, now: datetime) -> AnnotationLock
 
 @transaction.atomic
 def annotation_next(
-    *, annotator: Any, filters: Mapping[str, Any] | None = None, overlap: int | None = None
+    *,
+    annotator: Any,
+    filters: Mapping[str, Any] | None = None,
+    overlap: int | None = None,
+    with_identical: bool = False,
 ) -> Assignment | None:
     """The next episode for this annotator, locked to them; None when the queue is empty.
 
     An annotator holding an unlabelled episode gets it back, so reloading the page does not
-    skip it. Only completed episodes are queued. `filters` are raw episode filters.
+    skip it. Only completed episodes are queued. `filters` are raw episode filters. With
+    `with_identical` (the queue page) the episode's identical samples that the queue could
+    hand out are locked to the annotator with it: one item, labelled at once.
     """
     overlap = default_overlap() if overlap is None else overlap
     if not 1 <= overlap <= MAX_OVERLAP:
@@ -259,20 +323,37 @@ def annotation_next(
                 actor=annotator, kind=AnnotationEventKind.LOCK, episode_id=episode_id
             )
             episode = Episode.objects.select_related("query", "batch").get(pk=episode_id)
+            if with_identical:
+                open_ = _open_to(annotator, cleaned, overlap, now)
+                _locks_take(identical_samples(episode=episode, among=open_), annotator, now)
             return Assignment(episode=episode, expires_at=lock.expires_at)
     return None
 
 
+def _locks_take(episode_ids: Iterable[int], annotator: Any, now: datetime) -> None:
+    for episode_id in episode_ids:
+        if _lock_take(episode_id, annotator, now) is not None:
+            AnnotationEvent.objects.create(
+                actor=annotator, kind=AnnotationEventKind.LOCK, episode_id=episode_id
+            )
+
+
 @transaction.atomic
-def annotation_skip(*, annotator: Any, episode: Episode) -> None:
+def annotation_skip(*, annotator: Any, episode: Episode) -> list[int]:
     """Put the episode back for now: the annotator's lock goes, and their queue hands it out
     again only after every episode they never skipped (skipped ones come back oldest skip
-    first). Others are not affected. Refused on an episode the annotator does not hold."""
+    first); its identical samples held with it go back too, and all are returned. Others
+    are not affected. Refused on an episode the annotator does not hold."""
     lock = AnnotationLock.objects.filter(episode=episode, annotator=annotator).first()
     if lock is None:
         raise AnnotationError(f"episode {episode.pk} is not yours to skip: take it from the queue")
-    lock.delete()
-    AnnotationEvent.objects.create(actor=annotator, kind=AnnotationEventKind.SKIP, episode=episode)
+    item = [episode.pk, *label_family(annotator=annotator, episode=episode, now=timezone.now())]
+    AnnotationLock.objects.filter(annotator=annotator, episode_id__in=item).delete()
+    AnnotationEvent.objects.bulk_create(
+        AnnotationEvent(actor=annotator, kind=AnnotationEventKind.SKIP, episode_id=pk)
+        for pk in item
+    )
+    return item
 
 
 def annotation_undoable(*, annotator: Any, now: datetime) -> AnnotationEvent | None:
@@ -294,10 +375,10 @@ def annotation_undoable(*, annotator: Any, now: datetime) -> AnnotationEvent | N
 
 @transaction.atomic
 def annotation_undo(*, annotator: Any, episode: Episode) -> Annotation | None:
-    """Take back the annotator's latest decision, on `episode`: their label before it comes
-    back (none: the episode is theirs to label again, locked to them when free). Returns
-    the restored label, or None. Only the latest, within UNDO_WINDOW, and only while the
-    label is still what that decision made it."""
+    """Take back the annotator's latest decision, on `episode`, with the identical samples
+    it labelled: their labels before it come back (none: the item is theirs to label
+    again, locked to them when free). Returns the restored label, or None. Only the latest,
+    within UNDO_WINDOW, and only while the labels are still what that decision made them."""
     episode = Episode.objects.select_for_update().get(pk=episode.pk)
     now = timezone.now()
     event = annotation_undoable(annotator=annotator, now=now)
@@ -309,21 +390,55 @@ def annotation_undo(*, annotator: Any, episode: Episode) -> Annotation | None:
     current = Annotation.objects.filter(episode=episode, annotator=annotator).first()
     if current is None or current.updated_at > event.created_at:
         raise AnnotationError(f"your label on episode {episode.pk} changed since; relabel it")
-    _restore(current, event.before)
-    AnnotationEvent.objects.create(
-        actor=annotator,
-        kind=AnnotationEventKind.UNDO,
-        episode=episode,
-        before=event.after,
-        after=event.before,
-    )
-    _status_refresh([episode.pk])
+    decision = [*_identical_decisions(annotator, event), (current, event)]
+    for annotation, made in decision:  # the episode's own undo last, like its label
+        _restore(annotation, made.before)
+        AnnotationEvent.objects.create(
+            actor=annotator,
+            kind=AnnotationEventKind.UNDO,
+            episode_id=made.episode_id,
+            before=made.after,
+            after=made.before,
+        )
+    _status_refresh(made.episode_id or 0 for _, made in decision)
     if event.before is not None:
         return current
-    # Back in the queue: the episode becomes this annotator's current item again.
+    # Back in the queue: the item becomes this annotator's current one again.
     AnnotationLock.objects.filter(annotator=annotator).exclude(episode=episode).delete()
     _lock_take(episode.pk, annotator, now)
+    _locks_take((m.episode_id or 0 for _, m in decision[:-1] if m.before is None), annotator, now)
     return None
+
+
+def _identical_decisions(
+    annotator: Any, event: AnnotationEvent
+) -> list[tuple[Annotation, AnnotationEvent]]:
+    """The identical samples' labels that `event`'s decision gave, with their events;
+    refused when one has changed since."""
+    ids = (event.after or {}).get("identical", [])
+    latest: dict[int, AnnotationEvent] = {}
+    rows = AnnotationEvent.objects.filter(
+        actor=annotator, kind=AnnotationEventKind.LABEL, episode_id__in=ids
+    )
+    for row in rows.order_by("created_at", "pk"):
+        latest[row.episode_id or 0] = row
+    current = Annotation.objects.filter(annotator=annotator, episode_id__in=ids)
+    labels = {a.episode_id: a for a in current}
+    out = []
+    for pk in ids:
+        made, annotation = latest.get(pk), labels.get(pk)
+        if (
+            made is None
+            or annotation is None
+            or (made.after or {}).get("identical_to") != event.episode_id
+            or annotation.updated_at > made.created_at
+        ):
+            raise AnnotationError(
+                f"your label on episode {pk}, an identical sample of episode "
+                f"{event.episode_id}, changed since; relabel it"
+            )
+        out.append((annotation, made))
+    return out
 
 
 # --- bulk actions -------------------------------------------------------------------------
@@ -454,91 +569,7 @@ def _restore(annotation: Annotation, before: dict[str, str] | None) -> None:
     annotation.save()
 
 
-# --- agreement: pure functions ------------------------------------------------------------
-
-
-def cohens_kappa(first: Sequence[Hashable], second: Sequence[Hashable]) -> float | None:
-    """Cohen's kappa of two raters over the same items, in the same order.
-
-    None when chance agreement is total (both raters used one and the same category for
-    every item): kappa is 0/0 there.
-    """
-    if len(first) != len(second):
-        raise ValueError(f"the raters labelled {len(first)} and {len(second)} items")
-    if not first:
-        return None
-    n = len(first)
-    observed = sum(a == b for a, b in zip(first, second, strict=True)) / n
-    counts_a, counts_b = Counter(first), Counter(second)
-    expected = sum(counts_a[c] * counts_b[c] for c in counts_a) / (n * n)
-    if math.isclose(expected, 1.0):
-        return None
-    return (observed - expected) / (1 - expected)
-
-
-def fleiss_kappa(table: Sequence[Sequence[int]]) -> float | None:
-    """Fleiss' kappa from an items × categories table of how many raters chose each.
-
-    Every item must have the same number of raters (at least two). None when chance
-    agreement is total (every rating fell in one category).
-    """
-    if not table:
-        return None
-    raters = sum(table[0])
-    if raters < 2 or any(sum(row) != raters for row in table):
-        raise ValueError("every item needs the same number of raters, at least two")
-    items, total = len(table), len(table) * raters
-    shares = [sum(row[j] for row in table) / total for j in range(len(table[0]))]
-    per_item = [(sum(c * c for c in row) - raters) / (raters * (raters - 1)) for row in table]
-    observed = sum(per_item) / items
-    expected = sum(p * p for p in shares)
-    if math.isclose(expected, 1.0):
-        return None
-    return (observed - expected) / (1 - expected)
-
-
 # --- reads ----------------------------------------------------------------------------------
-
-
-def annotation_agreement(*, filters: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Cohen's kappa per pair of annotators and Fleiss' kappa over fully-overlapped items.
-
-    Fleiss needs a constant number of raters, so it uses the episodes labelled by the most
-    common number (≥ 2) of annotators. One query.
-    """
-    episodes = episodes_matching(filters=episode_filters_clean(filters or {}))
-    rows = Annotation.objects.filter(
-        episode_id__in=episodes.filter(annotation_count__gte=2).values("pk")
-    ).values_list("episode_id", "annotator_id", "label")
-    by_episode: dict[int, dict[int, str]] = defaultdict(dict)
-    for episode_id, annotator_id, label in rows:
-        by_episode[episode_id][annotator_id] = label
-    return {"cohen": _pairwise(by_episode), "fleiss": _fleiss(by_episode)}
-
-
-def _pairwise(by_episode: dict[int, dict[int, str]]) -> list[dict[str, Any]]:
-    annotators = sorted({a for labels in by_episode.values() for a in labels})
-    out = []
-    for a, b in itertools.combinations(annotators, 2):
-        shared = [labels for labels in by_episode.values() if a in labels and b in labels]
-        if shared:
-            kappa = cohens_kappa([s[a] for s in shared], [s[b] for s in shared])
-            out.append({"annotators": [a, b], "episodes": len(shared), "kappa": kappa})
-    return out
-
-
-def _fleiss(by_episode: dict[int, dict[int, str]]) -> dict[str, Any]:
-    sizes = Counter(len(labels) for labels in by_episode.values())
-    if not sizes:
-        return {"raters": 0, "episodes": 0, "kappa": None}
-    raters = max(sizes, key=lambda size: (sizes[size], size))
-    categories = list(AnnotationLabel.values)
-    table = [
-        [list(labels.values()).count(c) for c in categories]
-        for labels in by_episode.values()
-        if len(labels) == raters
-    ]
-    return {"raters": raters, "episodes": len(table), "kappa": fleiss_kappa(table)}
 
 
 def reward_hacking_candidates(

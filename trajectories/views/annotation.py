@@ -2,7 +2,8 @@
 labels, bulk actions (researchers), agreement, and reward-vs-judgement.
 
 Thin adapters over services/annotations.py (every write) and selectors/annotation.py.
-An annotator only ever sees their own label: the queue never shows the others'.
+An annotator only ever sees their own label: the queue never shows the others'. The queue
+page folds identical samples into one item: it takes and labels them `with_identical`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -64,7 +66,7 @@ def _filter_context(filters: annotation.QueueFilters, section: str) -> dict[str,
 
 
 def _item(request: HttpRequest, episode_id: int) -> annotation.QueueItem:
-    item = annotation.queue_item(episode_id=episode_id, annotator=request.user)
+    item = annotation.queue_item(episode_id=episode_id, annotator=request.user, now=timezone.now())
     if item is None:
         raise Http404("no such episode")
     return item
@@ -76,7 +78,7 @@ def _queue_context(
     """What the queue and review pages share: the filter, progress, the item and its form,
     and the latest decision while it may be undone."""
     context = _filter_context(filters, "queue")
-    context["reasons"] = REASON_CHOICES
+    context["reason_last"] = str(len(REASON_CHOICES))
     if not filters.error:
         context["counts"] = annotation.queue_counts(annotator=request.user, filters=filters.cleaned)
     undoable = annotation_undoable(annotator=request.user, now=timezone.now())
@@ -86,8 +88,28 @@ def _queue_context(
         context["item"] = item
         mine = item.mine
         initial = {"reason": mine.reason, "notes": mine.notes} if mine else {}
-        context["form"] = AnnotationLabelForm(initial=initial)
+        _with_form(context, AnnotationLabelForm(initial=initial))
     return context
+
+
+def reason_options(current: str = "") -> list[tuple[str, str, str]]:
+    """(key, value, text) of the queue page's reason radios: 0 for none, then a number key
+    per suggested reason; a free-text reason given through the API keeps a key of its own,
+    so relabelling does not drop it."""
+    options = [("0", "", "No reason")]
+    options += [(str(n), value, text) for n, (value, text) in enumerate(REASON_CHOICES, 1)]
+    if current and current not in AnnotationReason.values:
+        options.append((str(len(options)), current, current))
+    return options
+
+
+def _with_form(context: dict[str, object], form: AnnotationLabelForm) -> None:
+    """The label form and what its keys will save: the reason keys, the reason chosen."""
+    reason = form["reason"].value() or ""
+    options = reason_options(reason)
+    chosen = next((text for _, value, text in options if value and value == reason), "")
+    context.update({"form": form, "reason_options": options, "reason_chosen": chosen})
+    context["reason_last"] = options[-1][0]
 
 
 @browse_required
@@ -97,7 +119,9 @@ def annotate_queue(request: HttpRequest) -> HttpResponse:
     filters = annotation.filters_from(request.GET)
     assignment = None
     if not filters.error:
-        assignment = annotation_next(annotator=request.user, filters=filters.cleaned)
+        assignment = annotation_next(
+            annotator=request.user, filters=filters.cleaned, with_identical=True
+        )
     item = _item(request, assignment.episode.pk) if assignment else None
     context = _queue_context(request, filters, item)
     if assignment is not None:
@@ -159,7 +183,9 @@ def annotate_label(request: HttpRequest, pk: int) -> HttpResponse:
     form = AnnotationLabelForm(request.POST)
     if form.is_valid():
         try:
-            annotation_label(annotator=request.user, episode=episode, **form.cleaned_data)
+            annotation_label(
+                annotator=request.user, episode=episode, with_identical=True, **form.cleaned_data
+            )
         except AnnotationError as exc:
             if exc.field not in form.fields:
                 messages.error(request, str(exc))
@@ -173,7 +199,7 @@ def annotate_label(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         context = _queue_context(request, filters, item)
         context.update({"prev_url": "", "next_url": ""})
-    context["form"] = form
+    _with_form(context, form)
     return render(request, "trajectories/annotate_queue.html", context, status=400)
 
 
@@ -183,11 +209,14 @@ def annotate_skip(request: HttpRequest, pk: int) -> HttpResponse:
     """Put the held episode back to the end of this annotator's queue; show the next one."""
     filters = annotation.filters_from(request.POST)
     try:
-        annotation_skip(annotator=request.user, episode=_episode_or_404(pk))
+        skipped = annotation_skip(annotator=request.user, episode=_episode_or_404(pk))
     except AnnotationError as exc:
         messages.error(request, str(exc))
     else:
-        messages.info(request, f"Episode {pk} skipped: it comes back after the others.")
+        copies = len(skipped) - 1
+        item = f" and its {copies} identical sample{pluralize(copies)}" if copies else ""
+        back = "they come" if copies else "it comes"
+        messages.info(request, f"Episode {pk}{item} skipped: {back} back after the others.")
     return redirect(_queue_url(filters.raw))
 
 
