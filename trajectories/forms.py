@@ -11,7 +11,7 @@ from django import forms
 from django.core.files.uploadedfile import UploadedFile
 from django.db.models import Model
 
-from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
+from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS, condition_name
 from harness_app.ids import MAX_ID, as_id, id_problem
 from harness_app.models import Benchmark, PolicyConfig, RetrieverKind
 from trajectories.models import (
@@ -194,10 +194,11 @@ class BatchLaunchForm(forms.Form):
     )
     ablate = forms.MultipleChoiceField(
         required=False,
-        choices=[(m, m.replace("_", " ")) for m in MECHANISMS],
+        choices=[(m, m) for m in MECHANISMS],  # one name per mechanism, as on every page
         widget=forms.CheckboxSelectMultiple,
         label="Switch off",
-        help_text="Mechanisms to ablate; none checked runs the full harness.",
+        help_text="Mechanisms to ablate; none checked runs the full harness. The batch is "
+        "labelled -<mechanism> for each.",
     )
     # The teacher-batch section (docs/rollouts.md, "Teacher batches").
     without_tokens = forms.BooleanField(
@@ -292,6 +293,17 @@ class BatchLaunchForm(forms.Form):
         return [self[name] for name in self.TEACHER_FIELDS]
 
 
+class ConditionsField(forms.MultipleChoiceField):
+    """Ablation conditions by their one name; the reference's older names (`minus_verify`,
+    ...) are still accepted and read as the one name (ablation.CONDITION_ALIASES)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=[(name, name) for name in REFERENCE_CONDITIONS], **kwargs)
+
+    def to_python(self, value: Any) -> list[str]:
+        return [condition_name(name) for name in super().to_python(value)]
+
+
 class AblationMatrixLaunchForm(forms.Form):
     """An ablation matrix: the named conditions x N runs over a benchmark. The bounds live in
     services.ablations.ablation_matrix_create; the view shows its errors on their field."""
@@ -322,8 +334,7 @@ class AblationMatrixLaunchForm(forms.Form):
         help_text="What every condition's search tool ranks with. Dense and hybrid embed "
         "the corpus first if it has no embeddings yet (minutes per 10,000 documents on a CPU).",
     )
-    conditions = forms.MultipleChoiceField(
-        choices=[(name, name) for name in REFERENCE_CONDITIONS],
+    conditions = ConditionsField(
         initial=list(REFERENCE_CONDITIONS),
         widget=forms.CheckboxSelectMultiple,
         error_messages={"required": "Choose at least one condition."},
@@ -361,8 +372,7 @@ class EvaluationRunLaunchForm(forms.Form):
         error_messages={"required": "Choose at least one policy config."},
         help_text="Baseline and model policies alike run on the rollout workers.",
     )
-    conditions = forms.MultipleChoiceField(
-        choices=[(name, name) for name in REFERENCE_CONDITIONS],
+    conditions = ConditionsField(
         initial=["full"],
         widget=forms.CheckboxSelectMultiple,
         error_messages={"required": "Choose at least one condition."},

@@ -8,7 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS
+from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS, condition_name
 from harness_app.ids import MAX_ID
 from harness_app.models import Benchmark, PolicyConfig, RetrieverKind
 from harness_app.serializers import RowIdField
@@ -31,6 +31,17 @@ from trajectories.services.annotations import MAX_OVERLAP
 # --- batches --------------------------------------------------------------------------------
 
 
+class ConditionField(serializers.ChoiceField):
+    """An ablation condition by its one name; the reference's older names (`minus_verify`,
+    ...) are accepted and read as it. The schema lists the one names only."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=list(REFERENCE_CONDITIONS), **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        return super().to_internal_value(condition_name(data) if isinstance(data, str) else data)
+
+
 class BatchCreateSerializer(serializers.Serializer[Any]):
     """Types only: the ranges and the rest are checked by services.batch_create."""
 
@@ -44,7 +55,7 @@ class BatchCreateSerializer(serializers.Serializer[Any]):
     ablate = serializers.ListField(
         child=serializers.ChoiceField(choices=MECHANISMS),
         default=list,
-        help_text="mechanisms to switch off",
+        help_text="mechanisms to switch off; the batch is labelled -<mechanism> for each",
     )
     query_limit = serializers.IntegerField(required=False, allow_null=True, default=None)
     reward_weights = serializers.DictField(
@@ -137,11 +148,11 @@ class AblationMatrixCreateSerializer(serializers.Serializer[Any]):
         help_text="what every condition's search tool ranks with",
     )
     conditions = serializers.ListField(
-        child=serializers.ChoiceField(choices=list(REFERENCE_CONDITIONS)),
+        child=ConditionField(),
         required=False,
         allow_null=True,
         default=None,
-        help_text="reference condition names; omitted or null runs all of them",
+        help_text="condition names (minus_<mechanism>, ...); omitted or null runs all of them",
     )
 
 
@@ -195,9 +206,9 @@ class EvaluationRunCreateSerializer(serializers.Serializer[Any]):
         queryset=PolicyConfig.objects.all(), many=True, help_text="policy config ids"
     )
     conditions = serializers.ListField(
-        child=serializers.ChoiceField(choices=list(REFERENCE_CONDITIONS)),
+        child=ConditionField(),
         default=["full"],
-        help_text="reference ablation conditions; each policy config runs under each",
+        help_text="conditions (minus_<mechanism>, ...); each policy config runs under each",
     )
     runs = serializers.IntegerField(default=3, help_text="runs per cell, 1 to 20")
     query_limit = serializers.IntegerField(
@@ -327,6 +338,11 @@ class EvaluationCancelSerializer(serializers.Serializer[Any]):
 # --- episodes -------------------------------------------------------------------------------
 
 
+# A failed or cancelled episode was never scored: these are null (services/rollouts.py).
+SCORES = ("reward", "curated_recall", "trajectory_recall", "final_answer_recall", "tool_diversity")
+UNSCORED = {"help_text": "null for a failed or cancelled episode, and until one completes"}
+
+
 class EpisodeSerializer(serializers.ModelSerializer[Episode]):
     # Recorded episodes have no batch or query: these read as null for them.
     benchmark = serializers.IntegerField(
@@ -367,6 +383,10 @@ class EpisodeSerializer(serializers.ModelSerializer[Episode]):
             "finished_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "sample_index": {"help_text": '0-based; the pages call sample_index 0 "sample 1"'},
+            **dict.fromkeys(SCORES, UNSCORED),
+        }
 
 
 class TurnSerializer(serializers.ModelSerializer[Turn]):
@@ -387,6 +407,7 @@ class TurnSerializer(serializers.ModelSerializer[Turn]):
             "policy_ms",
         ]
         read_only_fields = fields
+        extra_kwargs = {"index": {"help_text": "0: the start (no calls); then turns 1, 2, …"}}
 
     def get_state(self, turn: Turn) -> dict[str, Any]:
         """The full harness state after this turn (deltas applied)."""
@@ -417,6 +438,9 @@ class ModelCallSerializer(serializers.ModelSerializer[ModelCall]):
             "created_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "turn_index": {"help_text": "the turn answered; pages number calls 1, 2, …"}
+        }
 
 
 class EpisodeDetailSerializer(EpisodeSerializer):

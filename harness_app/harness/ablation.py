@@ -89,30 +89,54 @@ def _check_names(names: tuple[str, ...]) -> None:
 
 
 # Harness-1's ablation conditions (inference/queue_browsecomp_ablation.py in the public
-# reference), by the reference's names, in its order. Each single-mechanism condition maps
-# onto one of ours. The reference's minus_importance_tags also switches off its
-# "subtractive curation" flag (tag-ranked eviction); here a tagless full set already refuses
-# adds, so importance_tags covers both. all_harness_mechanisms_disabled sets every V8D_* mechanism
-# flag to 0, V8D_TOKEN_BUDGET_MARKER included, and makes review_docs unavailable, so
-# budget_marker belongs to it and every one of MECHANISMS is off. The budget itself is
-# still enforced there, as in the reference; only the marker line goes.
+# reference), in its order. Each single-mechanism condition is `minus_<mechanism>`, so a
+# mechanism has one name everywhere: a batch that runs it is labelled `-<mechanism>` and the
+# launch forms list it by that name. The reference's minus_importance_tags also switches off
+# its "subtractive curation" flag (tag-ranked eviction); here a tagless full set already
+# refuses adds, so importance_tags covers both. all_harness_mechanisms_disabled sets every
+# V8D_* mechanism flag to 0, V8D_TOKEN_BUDGET_MARKER included, and makes review_docs
+# unavailable, so budget_marker belongs to it and every one of MECHANISMS is off. The budget
+# itself is still enforced there, as in the reference; only the marker line goes.
 REFERENCE_CONDITIONS: Mapping[str, Ablation] = MappingProxyType(
     {
         "full": Ablation(),
-        "minus_auto_seed": Ablation().without("auto_seed"),
-        "minus_importance_tags": Ablation().without("importance_tags"),
-        "minus_evidence_graph": Ablation().without("evidence_graph"),
-        "minus_verify": Ablation().without("verification"),
-        "minus_sentence_compress": Ablation().without("compression"),
-        "minus_content_dedup": Ablation().without("dedup"),
-        "minus_review_docs": Ablation().without("review_docs"),
+        **{
+            f"minus_{mechanism}": Ablation().without(mechanism)
+            for mechanism in (
+                "auto_seed",
+                "importance_tags",
+                "evidence_graph",
+                "verification",
+                "compression",
+                "dedup",
+                "review_docs",
+            )
+        },
         "all_harness_mechanisms_disabled": Ablation().without(*MECHANISMS),
+    }
+)
+# The reference's own names for three of them, which this project used until its pages,
+# exports and API settled on one name per mechanism. Still accepted wherever a condition is
+# given (forms, the API, the CLI), so no stored request or script breaks; never shown.
+CONDITION_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "minus_verify": "minus_verification",
+        "minus_sentence_compress": "minus_compression",
+        "minus_content_dedup": "minus_dedup",
     }
 )
 
 
+def condition_name(name: str) -> str:
+    """A condition's one name: a reference alias becomes ours, anything else is unchanged
+    (an unknown name is refused where the conditions are checked)."""
+    return CONDITION_ALIASES.get(name, name)
+
+
 def reference_conditions(names: Sequence[str]) -> list[tuple[str, Ablation]]:
-    """The named reference conditions, in the order given; an unknown name is a ValueError."""
+    """The named reference conditions (aliases accepted, answered by their one name), in the
+    order given, each once; an unknown name is a ValueError."""
+    names = list(dict.fromkeys(condition_name(name) for name in names))
     unknown = [n for n in names if n not in REFERENCE_CONDITIONS]
     if unknown:
         raise ValueError(

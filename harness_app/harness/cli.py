@@ -5,7 +5,7 @@
         [--out FILE] [--json] [--split test] [--index-dir DIR] [--reward-preset default]
         [--reader URL [--reader-model NAME] [--reader-docs curated|gold] [--reader-judge]]
     python -m harness_app.harness ablate BEIR_DIR [--policy baseline] [--runs 1] [--limit N]
-        [--conditions full,minus_verify,...] [--csv FILE] [--json] [--max-turns 40]
+        [--conditions full,minus_verification,...] [--csv FILE] [--json] [--max-turns 40]
         [--reward-preset default]
     python -m harness_app.harness bench-retrieval BEIR_DIR [--json] [--split test]
         [--retriever bm25|dense|hybrid]

@@ -39,7 +39,7 @@ document.addEventListener("DOMContentLoaded", function () {
     var layout = H.layout({
       legend: { orientation: "h", y: -0.3 },
       margin: { l: 48, r: 16, t: 16, b: 90 },
-      xaxis: H.axis({ title: { text: "turn" }, dtick: data.a.turns.length > 30 ? 5 : 1 }),
+      xaxis: H.axis({ title: { text: "turn (0: the start)" }, dtick: data.a.turns.length > 30 ? 5 : 1 }),
       yaxis: H.axis({ range: [0, 1.05], title: { text: "recall" } }),
     });
     window.Plotly.react(element, traces, layout, H.config);

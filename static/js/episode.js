@@ -11,6 +11,12 @@
   var turns = [];
   var current = null;
 
+  // Turns as people read them: numbered from 1; index 0 is the start (the opening
+  // observation), as the strip and the headings say (templatetags/viewer.py turn_name).
+  function turnName(turn) {
+    return turn === 0 ? "the start" : "turn " + turn;
+  }
+
   function nearestTurn(turn) {
     if (!turns.length) return null;
     if (turns.indexOf(turn) >= 0) return turn;
@@ -215,15 +221,15 @@
           var isCurated = curatedNow[node.id.slice(4)] === true;
           text.push(H.safe(node.label) + " · " + H.safe(node.id.slice(4)) +
             (gold ? " · gold (grade " + node.grade + ")" : "") +
-            (isCurated ? " · curated after turn " + turn : "") +
-            (node.curated ? " · curated at the end" : "") + " · shown in turn " + node.turn);
+            (isCurated ? " · curated as of " + turnName(turn) : "") +
+            (node.curated ? " · curated at the end" : "") + " · first shown: " + turnName(node.turn));
           labels.push(H.safe(shortLabel(node.label)));
           sizes.push(fresh ? 15 : 11);
           fill.push(isCurated ? colours.accent : colours.card);
           ring.push(gold ? colours.gold : (fresh ? colours.accent : colours.muted));
           widths.push(gold ? 3 : 1.5);
         } else {
-          text.push("bridge: " + H.safe(node.label) + " · turn " + node.turn);
+          text.push("bridge: " + H.safe(node.label) + " · " + turnName(node.turn));
           sizes.push(fresh ? 11 : 8);
           fill.push(colours.warn);
           ring.push(colours.border);
@@ -255,7 +261,8 @@
     function describe(turn) {
       var row = growth[turn];
       if (!row) return "";
-      return "Turn " + turn + ": " + row.docs + " documents, " + row.bridges + " bridge entities, " +
+      var name = turnName(turn);
+      return name.charAt(0).toUpperCase() + name.slice(1) + ": " + row.docs + " documents, " + row.bridges + " bridge entities, " +
         row.components + " connected component" + (row.components === 1 ? "" : "s") +
         " (largest " + row.largest + " documents); gold documents reached " + row.gold_reached +
         " of " + data.gold_total + ", linked to another gold document " + row.gold_linked + "." +
@@ -266,7 +273,7 @@
     var hidden = { showgrid: false, zeroline: false, showticklabels: false, visible: false };
     this.update = function (turn) {
       slider.value = String(turn);
-      output.textContent = String(turn);
+      output.textContent = turnName(turn);
       stats.textContent = describe(turn);
       var layout = H.layout({ showlegend: false, margin: { l: 8, r: 8, t: 8, b: 8 },
                               xaxis: hidden, yaxis: hidden, hovermode: "closest" });
@@ -302,7 +309,7 @@
           x: found.map(function (e) { return e.turn; }),
           y: found.map(function (e) { return H.safe(e.doc); }),
           text: found.map(function (e) {
-            return H.safe(e.doc) + " (grade " + e.grade + ") " + EVENT_STYLE[kind].label + " in turn " + e.turn;
+            return H.safe(e.doc) + " (grade " + e.grade + ") " + EVENT_STYLE[kind].label + ": " + turnName(e.turn);
           }),
           hoverinfo: "text",
           marker: { symbol: EVENT_STYLE[kind].symbol, size: kind === "seen" ? 17 : 10, color: H.cssVar(EVENT_STYLE[kind].colour),
@@ -320,7 +327,7 @@
         legend: { orientation: "h", y: -0.14 },
         margin: { l: 90, r: 16, t: 16, b: 90 },
         // Anchored to the lower plot, so the shared turn axis sits at the bottom.
-        xaxis: H.axis({ title: { text: "turn" }, dtick: data.turns.length > 30 ? 5 : 1,
+        xaxis: H.axis({ title: { text: "turn (0: the start)" }, dtick: data.turns.length > 30 ? 5 : 1,
                         anchor: gold ? "y2" : "y" }),
         yaxis: H.axis({ range: [0, 1.05], title: { text: "recall" }, domain: gold ? [0.42, 1] : [0, 1] }),
         yaxis2: H.axis({ domain: [0, 0.32], type: "category", visible: gold,

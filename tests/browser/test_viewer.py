@@ -56,7 +56,7 @@ def test_stepping_through_turns_with_the_keyboard(live_server, page, ran_batch, 
     page.keyboard.press("ArrowRight")
     assert _visible_turn(page) == 2 and page.url.endswith("#turn-2")
     assert page.locator(".turn-link.current").inner_text() == "2"
-    assert page.locator("#graph-turn-out").inner_text() == "2"  # the graph follows
+    assert page.locator("#graph-turn-out").inner_text() == "turn 2"  # the graph follows
     page.keyboard.press("ArrowLeft")
     assert _visible_turn(page) == 1
     # Turn 1's curated set is its own panel, and pool rows from later turns are hidden.
@@ -83,6 +83,32 @@ def test_stepping_through_turns_with_the_keyboard(live_server, page, ran_batch, 
     assert _visible_turn(page) == last
     assert page.console_watcher.errors == []
     assert dialogs == []
+
+
+def test_the_strip_and_the_header_count_the_same_turns(live_server, page, episode, new_model_call):
+    """The demo episode: start, then 9 turns, of which the last only ended the search and
+    did not count toward max turns. The header says 9 and 8, the strip shows start, 1 … 9
+    with the 9th dashed, and the first sample and call are numbered 1."""
+    taken = Turn.objects.filter(episode=episode).count() - 1
+    new_model_call(episode, turn_index=1)
+    _researcher(page, live_server)
+    page.goto(f"{live_server.url}/episodes/{episode.pk}/")
+    links = page.locator(".turn-strip .turn-link")
+    assert links.all_inner_texts() == ["start", *map(str, range(1, taken + 1))]
+    facts = page.locator(".episode-head .facts")
+    turns = facts.locator("div", has=page.locator("dt", has_text="Turns")).locator("dd")
+    assert turns.inner_text().startswith(f"{taken} · {episode.turns} counted toward max turns")
+    uncounted = page.locator(".turn-strip .turn-link.uncounted")
+    assert uncounted.count() == taken - episode.turns
+    assert uncounted.last.evaluate("e => getComputedStyle(e).borderTopStyle") == "dashed"
+    sample = facts.locator("div", has=page.locator("dt", has_text="Sample")).locator("dd")
+    assert sample.inner_text() == "1 of 2"
+    page.keyboard.press("Home")
+    assert page.locator("section.turn.current h2").inner_text().startswith("The start")
+    assert page.locator("#graph-turn-out").inner_text() == "the start"
+    page.keyboard.press("ArrowRight")
+    assert page.locator("section.turn.current .model-call").first.inner_text().startswith("call 1 ")
+    assert page.console_watcher.errors == []
 
 
 def test_document_viewer_opens_beside_the_turn(live_server, page, episode):

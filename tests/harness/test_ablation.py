@@ -9,7 +9,12 @@ import pytest
 
 from harness_app.harness import policies
 from harness_app.harness.ablate import matrix_run
-from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS, reference_conditions
+from harness_app.harness.ablation import (
+    CONDITION_ALIASES,
+    MECHANISMS,
+    REFERENCE_CONDITIONS,
+    reference_conditions,
+)
 from harness_app.harness.beir import beir_queries
 from harness_app.harness.cli import main
 from harness_app.harness.config import HarnessConfig
@@ -25,9 +30,9 @@ REFERENCE_NAMES = [
     "minus_auto_seed",
     "minus_importance_tags",
     "minus_evidence_graph",
-    "minus_verify",
-    "minus_sentence_compress",
-    "minus_content_dedup",
+    "minus_verification",
+    "minus_compression",
+    "minus_dedup",
     "minus_review_docs",
     "all_harness_mechanisms_disabled",
 ]
@@ -46,14 +51,26 @@ def by_condition(out: str) -> dict[str, dict[str, Any]]:
     return {entry["condition"]: entry for entry in json.loads(out)["conditions"]}
 
 
-def test_reference_names_map_onto_our_mechanisms():
+def test_reference_conditions_are_named_after_our_mechanisms():
     assert list(REFERENCE_CONDITIONS) == REFERENCE_NAMES
     disabled = {name: ablation.disabled for name, ablation in REFERENCE_CONDITIONS.items()}
     assert disabled["full"] == ()
-    assert disabled["minus_verify"] == ("verification",)
-    assert disabled["minus_sentence_compress"] == ("compression",)
-    assert disabled["minus_content_dedup"] == ("dedup",)
+    for name, off in disabled.items():
+        if name.startswith("minus_"):
+            assert off == (name.removeprefix("minus_"),)  # one name per mechanism
     assert disabled["all_harness_mechanisms_disabled"] == MECHANISMS  # budget marker too
+
+
+def test_the_references_own_names_are_read_as_ours():
+    """Harness-1 calls three of them minus_verify, minus_sentence_compress and
+    minus_content_dedup; scripts that say so still run, and hear back our names."""
+    assert CONDITION_ALIASES == {
+        "minus_verify": "minus_verification",
+        "minus_sentence_compress": "minus_compression",
+        "minus_content_dedup": "minus_dedup",
+    }
+    named = reference_conditions(["minus_content_dedup", "minus_dedup", "full"])
+    assert [name for name, _ in named] == ["minus_dedup", "full"]
 
 
 def test_json_has_mean_and_std_per_condition_and_identical_runs_agree(capsys, tmp_path):
@@ -88,7 +105,7 @@ def test_the_table_shows_mean_and_std_for_the_chosen_conditions(capsys, tmp_path
     assert code == 0
     header, *lines, footer = out.splitlines()
     assert header.split() == ["condition", "n", *METRICS, "errors"]
-    assert [line.split()[0] for line in lines] == ["minus_verify", "full"]
+    assert [line.split()[0] for line in lines] == ["minus_verification", "full"]  # one name
     assert "6.00 ± 0.00" in lines[1]  # full: tool diversity
     assert footer.startswith("(2 conditions x 2 run(s) x 12 queries")
 
@@ -96,7 +113,7 @@ def test_the_table_shows_mean_and_std_for_the_chosen_conditions(capsys, tmp_path
 def test_switching_a_mechanism_off_changes_what_the_episode_does(capsys, tmp_path):
     _, out, _ = ablate(capsys, tmp_path, "--json")
     result = by_condition(out)
-    full, verify_off = result["full"], result["minus_verify"]
+    full, verify_off = result["full"], result["minus_verification"]
     # Without verify the tool is still offered, as in Harness-1: the baseline calls it and
     # is told it is unavailable, which is no use of the tool and no failure.
     assert verify_off["tool_diversity_mean"] == full["tool_diversity_mean"] - 1
@@ -185,7 +202,7 @@ def test_the_library_run_reports_progress_and_matches_the_command(capsys, tmp_pa
     entries = matrix_run(
         open_index(DEMO_DIR, tmp_path / "idx"),
         beir_queries(DEMO_DIR, "test"),
-        conditions=reference_conditions(["full", "minus_verify"]),
+        conditions=reference_conditions(["full", "minus_verification"]),
         policy_name="baseline",
         runs=2,
         config=HarnessConfig(max_turns=40),

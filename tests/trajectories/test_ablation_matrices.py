@@ -275,7 +275,8 @@ def test_researcher_launches_a_matrix_from_the_form(
     matrix = AblationMatrix.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/ablations/{matrix.pk}/"
     assert len(callbacks) == 1
-    assert matrix.conditions == ["full", "minus_verify"]  # the reference's order
+    # the reference's order, and its old name for the condition read as the one name
+    assert matrix.conditions == ["full", "minus_verification"]
     assert (matrix.runs, matrix.query_limit, matrix.episodes_total) == (2, 3, 12)
     assert matrix.created_by is not None and matrix.created_by.username == "rita"
     page = researcher_client.get(response["Location"]).content.decode()
@@ -316,13 +317,17 @@ def test_annotators_cannot_launch(annotator_client, demo_benchmark):
 def test_the_page_shows_mean_and_std_per_condition_and_the_plot_data(annotator_client, done_matrix):
     page = annotator_client.get(f"/ablations/{done_matrix.pk}/").content.decode()
     rows = re.findall(r'<tr><td class="mono">([a-z_]+)</td><td class="num">(\d+)</td>', page)
-    assert rows == [("full", "2"), ("minus_verify", "2"), ("all_harness_mechanisms_disabled", "2")]
+    assert rows == [
+        ("full", "2"),
+        ("minus_verification", "2"),
+        ("all_harness_mechanisms_disabled", "2"),
+    ]
     full = done_matrix.result["conditions"][0]
     assert f"{full['recall_mean']:.3f} ± {full['recall_std']:.3f}" in page
     assert f'href="/ablations/{done_matrix.pk}/matrix.csv"' in page
     assert f'href="/ablations/{done_matrix.pk}/matrix.json"' in page
     chart = _script_json(page, "ablation-chart-data")
-    assert chart["conditions"] == ["full", "minus_verify", "all_harness_mechanisms_disabled"]
+    assert chart["conditions"] == ["full", "minus_verification", "all_harness_mechanisms_disabled"]
     recall = chart["charts"][0]["series"][0]
     assert recall["metric"] == "recall"
     assert recall["mean"] == [e["recall_mean"] for e in done_matrix.result["conditions"]]

@@ -67,7 +67,7 @@ def test_the_launch_form_creates_a_run_and_shows_it(
     with django_capture_on_commit_callbacks():
         response = researcher_client.post("/evaluations/new/", body, follow=True)
     evaluation = EvaluationRun.objects.get()
-    assert evaluation.conditions == ["full", "minus_verify"]  # the reference's order
+    assert evaluation.conditions == ["full", "minus_verification"]  # the reference's order
     assert evaluation.batches.count() == 2 * 2 * 3
     page = response.content.decode()
     assert f"Evaluation run {evaluation.pk} queued: 12 batches." in page

@@ -78,7 +78,7 @@ def test_one_batch_per_cell_and_run_all_queued_on_commit(
     )
     assert len(cells) == 24
     assert {c[3] for c in cells} == {0, 1, 2}
-    verify_off = batches.filter(evaluation_condition="minus_verify").first()
+    verify_off = batches.filter(evaluation_condition="minus_verification").first()
     assert verify_off is not None and verify_off.ablation["verification"] is False
     assert all(b.episodes_total == 2 and b.samples_per_query == 1 for b in batches)
     assert len(sent) == 48 and {q for _, _, q in sent} == {queues.ROLLOUTS}

@@ -37,7 +37,8 @@ def test_viewer_shows_every_turn_with_its_curated_set_and_typed_diff(
     assert episode.query.text in page
     for index, state in enumerate(states):
         assert f'id="turn-{index}"' in page and f'href="#turn-{index}"' in page
-        assert f"{len(state['curated'])}/30 after turn {index}" in page
+        when = f"after turn {index}" if index else "at the start"  # turn 0 is the start
+        assert f"{len(state['curated'])}/30 {when}" in page
     log = states[-1]["curation_log"]
     kinds = {e["kind"] for e in log}
     assert "added" in kinds and "removed" in kinds and "retagged" in kinds  # the baseline's turn 3
@@ -57,6 +58,7 @@ def test_per_turn_parts_equal_the_rebuilt_states(ran_batch, batch_of) -> None:
                 d: (c["importance"], c["added_turn"]) for d, c in state["curated"].items()
             }
             assert (turn.tokens_used, turn.wm_tokens) == (state["tokens_used"], state["wm_tokens"])
+            assert turn.turns_used == state["turns_used"]
             assert turn.pool_size == len(state["pool"])
             log = [e for e in state["curation_log"] if e["turn"] == turn.index]
             assert [(c.kind, c.doc_id) for c in turn.changes] == [

@@ -63,6 +63,9 @@ class EpisodeStatus(models.TextChoices):
 
 
 FINISHED_EPISODE = (EpisodeStatus.COMPLETED, EpisodeStatus.FAILED, EpisodeStatus.CANCELLED)
+# Finished without metrics: a failed or cancelled episode was never scored, so its recalls,
+# tool diversity and reward are null (services/rollouts.py), never a misleading 0.
+UNSCORED_EPISODE = (EpisodeStatus.FAILED, EpisodeStatus.CANCELLED)
 
 # Why an episode ended (docs/rollouts.md). Normal ends first, then the reasons that mean the
 # infrastructure failed (the episode is marked failed), then cancellation.

@@ -57,7 +57,14 @@ class EpisodeView:
 
     @property
     def last_turn(self) -> int:
+        """Turns taken: the strip's numbered turns (the start, turn 0, is not one of them)."""
         return self.turns[-1].index if self.turns else 0
+
+    @property
+    def turns_counted(self) -> int:
+        """Turns counted toward max_turns; fewer than `last_turn` when some turns' calls all
+        failed or only ended the search (docs/harness.md, "What counts as a turn")."""
+        return self.turns[-1].turns_used if self.turns else 0
 
 
 def episode_get(*, pk: int) -> Episode | None:

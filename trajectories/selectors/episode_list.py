@@ -14,7 +14,7 @@ from typing import Any, cast
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, F, Q, QuerySet
 
-from trajectories.models import Episode, SavedFilter
+from trajectories.models import UNSCORED_EPISODE, Episode, SavedFilter
 
 EPISODES_PER_PAGE = 50
 # Filterable numeric columns of Episode: each gets a <name>_min and <name>_max parameter.
@@ -100,6 +100,9 @@ def _exact_filters(filters: Mapping[str, Any]) -> Q:
 
 
 def _range_filters(filters: Mapping[str, Any]) -> Q:
+    """The min/max bounds. They describe scored episodes: a failed or cancelled episode has
+    null scores, which no bound matches, and its counts (turns, format errors) are matched
+    only when the status filter asks for failed or cancelled episodes."""
     q = Q()
     for name in RANGE_FIELDS:
         low, high = filters.get(f"{name}_min"), filters.get(f"{name}_max")
@@ -107,6 +110,8 @@ def _range_filters(filters: Mapping[str, Any]) -> Q:
             q &= Q(**{f"{name}__gte": low})
         if high is not None:
             q &= Q(**{f"{name}__lte": high})
+    if q and filters.get("status") not in UNSCORED_EPISODE:
+        q &= ~Q(status__in=UNSCORED_EPISODE)
     return q
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet, Sum
 
 from harness_app.harness.ablate import format_spread
+from harness_app.harness.ablation import condition_name
 from harness_app.harness.stats import Spread, paired_bootstrap, spread
 from trajectories.models import (
     BatchStatus,
@@ -214,6 +215,8 @@ def _check_metric(metric: str) -> None:
 
 
 def _config(configs: Iterable[Config], key: str, field: str) -> Config:
+    policy, _, condition = key.partition(":")
+    key = f"{policy}:{condition_name(condition)}"  # a link from before the one names
     for config in configs:
         if config.key == key:
             return config

@@ -100,14 +100,15 @@ def gold_for(*, query_id: int | None) -> Gold:
 def turn_rows(episodes: Q) -> QuerySet[Turn]:
     """Turns of the matching episodes without their state, but with its budget figures.
 
-    `p_budget` is a delta's replaced scalars (tokens_used and wm_tokens among them) or a
-    snapshot's two budget figures: one JSON lookup per row. Each lookup decompresses the
-    whole stored state on PostgreSQL, so asking a 1 MB snapshot for ten keys costs ten
-    decompressions; this keeps it to one.
+    `p_budget` is a delta's replaced scalars (tokens_used, wm_tokens and turns_used among
+    them) or a snapshot's three budget figures: one JSON lookup per row. Each lookup
+    decompresses the whole stored state on PostgreSQL, so asking a 1 MB snapshot for ten
+    keys costs ten decompressions; this keeps it to one.
     """
     budget = JSONObject(
         tokens_used=KeyTransform("tokens_used", "state"),
         wm_tokens=KeyTransform("wm_tokens", "state"),
+        turns_used=KeyTransform("turns_used", "state"),
     )
     rows = Turn.objects.filter(episodes).defer("state")
     rows = rows.annotate(
@@ -122,6 +123,7 @@ class TurnParts:
     events: list[dict[str, Any]]  # the curation events of this turn
     tokens_used: int
     wm_tokens: int
+    turns_used: int  # turns counted toward max_turns so far (harness state.turns_used)
 
 
 def replay_parts(rows: Iterable[Turn], curation_log: Iterable[dict[str, Any]]) -> list[TurnParts]:
@@ -135,7 +137,8 @@ def replay_parts(rows: Iterable[Turn], curation_log: Iterable[dict[str, Any]]) -
     for event in curation_log:
         by_turn.setdefault(event["turn"], []).append(event)
     curated: dict[str, dict[str, Any]] = {}
-    tokens = wm = 0
+    tokens = wm = counted = 0
+    every_step = False  # states saved before turns_used existed counted every step
     out = []
     for row in rows:
         events = by_turn.get(row.index, [])
@@ -143,7 +146,10 @@ def replay_parts(rows: Iterable[Turn], curation_log: Iterable[dict[str, Any]]) -
         budget = row.__dict__.get("p_budget") or {}
         tokens = int(budget.get("tokens_used", tokens))
         wm = int(budget.get("wm_tokens", wm))
-        out.append(TurnParts(curated, events, tokens, wm))
+        if not row.state_is_delta:
+            every_step = budget.get("turns_used") is None
+        counted = row.index if every_step else int(budget.get("turns_used", counted))
+        out.append(TurnParts(curated, events, tokens, wm, counted))
     return out
 
 
@@ -232,6 +238,10 @@ class TurnView:
     format_errors: int  # this turn's failed tool calls
     harness_ms: float
     policy_ms: float
+    turns_used: int = 0  # turns counted toward max_turns after this one
+    # Whether this turn counted toward max_turns: a turn whose every call failed, or that
+    # only ended the search, does not (docs/harness.md, "What counts as a turn").
+    counted: bool = True
     pool_size: int = 0
     shown_new: int = 0
     gold_seen: list[str] = field(default_factory=list)  # relevant docs first shown this turn
@@ -283,7 +293,7 @@ def turn_views(
 ) -> list[TurnView]:
     """One TurnView per row of `turn_rows` (one episode's, in turn order)."""
     views = []
-    errors_before = 0  # Turn.format_errors is the episode's running total
+    errors_before = counted_before = 0  # Turn.format_errors is the episode's running total
     for row, part in zip(rows, replay_parts(rows, curation_log), strict=True):
         changes = [
             Change(
@@ -310,9 +320,11 @@ def turn_views(
                 format_errors=row.format_errors - errors_before,
                 harness_ms=row.harness_ms,
                 policy_ms=row.policy_ms,
+                turns_used=part.turns_used,
+                counted=row.index > 0 and part.turns_used > counted_before,
             )
         )
-        errors_before = row.format_errors
+        errors_before, counted_before = row.format_errors, part.turns_used
     return views
 
 

@@ -100,7 +100,7 @@ def ablation_matrix_create(
     if not names:
         raise MatrixParameterError("choose at least one condition", field="conditions")
     try:
-        reference_conditions(names)
+        names = [name for name, _ in reference_conditions(names)]  # aliases by their one name
     except ValueError as exc:
         raise MatrixParameterError(str(exc), field="conditions") from None
     judged = _judged_queries(benchmark).count()

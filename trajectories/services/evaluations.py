@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from harness_app.harness.ablation import REFERENCE_CONDITIONS
+from harness_app.harness.ablation import REFERENCE_CONDITIONS, condition_name
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import BatchStatus, EvaluationRun, EvaluationStatus, RolloutBatch
 from trajectories.services import rollouts
@@ -88,7 +88,7 @@ def evaluation_create(
     configurations are compared on the same queries."""
     benchmarks = _distinct(benchmarks, "benchmarks")
     policies = _distinct(policies, "policies")
-    conditions = _distinct(conditions, "conditions")
+    conditions = _distinct([condition_name(c) for c in conditions], "conditions")
     _check(benchmarks, policies, conditions, runs)
     user = created_by if getattr(created_by, "pk", None) else None
     evaluation = EvaluationRun.objects.create(

@@ -31,6 +31,7 @@ from harness_app.models import Benchmark, PolicyConfig, PolicyKind, VerifierKind
 from trajectories.models import (
     FAILED_REASONS,
     FINISHED_EPISODE,
+    UNSCORED_EPISODE,
     BatchStatus,
     Episode,
     EpisodeKind,
@@ -419,9 +420,10 @@ def episode_finish(*, claim: Claim, outcome: EpisodeOutcome) -> bool:
         status = EpisodeStatus.CANCELLED
     else:
         status = EpisodeStatus.FAILED if failed else EpisodeStatus.COMPLETED
-    reward = outcome.reward
-    columns = _metric_columns(outcome.metrics)
-    if outcome.answer and outcome.metrics is not None:
+    scored = status not in UNSCORED_EPISODE
+    reward = outcome.reward if scored else None
+    columns = _metric_columns(outcome.metrics, scored=scored)
+    if outcome.answer and scored:
         columns["metrics"] = {**columns["metrics"], **outcome.answer}
     assert episode.batch_id is not None  # a claimed episode is a rollout
     batches = RolloutBatch.objects.filter(pk=episode.batch_id)
@@ -462,17 +464,23 @@ def episode_fail(*, episode_id: int, reason: str, message: str) -> None:
         episode_finish(claim=Claim(episode=episode, attempt=episode.attempts), outcome=outcome)
 
 
-def _metric_columns(metrics: EpisodeMetrics | None) -> dict[str, Any]:
-    """The metrics JSON and the columns copied out of it for filtering and sorting."""
-    if metrics is None:
+def _metric_columns(metrics: EpisodeMetrics | None, *, scored: bool) -> dict[str, Any]:
+    """The metrics JSON and the columns copied out of it for filtering and sorting.
+
+    An unscored episode (failed or cancelled: the run broke off, so the state it left says
+    nothing about the policy) keeps only its counts, turns and format errors; its recalls
+    and tool diversity are null, which every page shows as "—", the min/max filters skip
+    and the means leave out. Before this rule they were stored as measured, mostly 0.
+    """
+    if metrics is None or not scored:
         return {
             "metrics": {},
             "curated_recall": None,
             "trajectory_recall": None,
             "final_answer_recall": None,
             "tool_diversity": None,
-            "turns": 0,
-            "format_errors": 0,
+            "turns": metrics.turns if metrics else 0,
+            "format_errors": metrics.format_errors if metrics else 0,
         }
     return {
         "metrics": metrics.to_json(),

@@ -23,6 +23,21 @@ _NOT_RELEVANT = ' <span class="muted" title="judged not relevant">✗</span>'
 _READ = ' <span class="muted" title="read in full">read</span>'
 
 
+@register.filter
+def turn_name(index: int | None) -> str:
+    """A turn as people read it: turns are numbered from 1, and index 0 is the start (the
+    reset's opening observation, before the policy acted), not a turn."""
+    if index is None:
+        return "—"
+    return "the start" if index == 0 else f"turn {index:d}"
+
+
+@register.filter
+def turn_number(index: int) -> str:
+    """The short form, for the timeline and table cells: "start", 1, 2, …"""
+    return "start" if index == 0 else f"{index:d}"
+
+
 def _doc_link(doc_url: str, doc_id: str, title: str = "") -> str:
     href = escape(f"{doc_url}?doc={quote(doc_id, safe='')}")
     hint = f' title="{escape(title)}"' if title else ""
@@ -80,7 +95,7 @@ def _pool_item(row: PoolRow, doc_url: str) -> str:
         f'<tr class="upto-turn{" is-gold" if row.grade else ""}" data-turn="{row.first_turn:d}">'
         f"<td>{_doc_link(doc_url, row.doc_id, row.title)}{_gold(row.grade)}"
         f"{_READ if row.read else ''}</td>"
-        f'<td class="num">{row.score:.1f}</td><td class="num">{row.first_turn:d}</td>'
+        f'<td class="num">{row.score:.1f}</td><td class="num">{turn_number(row.first_turn)}</td>'
         f'<td class="muted small">{escape(row.source)}: {escape(query)}</td></tr>'
     )
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Model, QuerySet
 
-from harness_app.harness.ablation import REFERENCE_CONDITIONS
+from harness_app.harness.ablation import REFERENCE_CONDITIONS, condition_name
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import EvaluationRun
 from trajectories.selectors import evaluations as selectors
@@ -30,7 +30,11 @@ class Command(BaseCommand):
         parser.add_argument("--benchmark", nargs="+", required=True, metavar="NAME")
         parser.add_argument("--policy", nargs="+", required=True, metavar="NAME")
         parser.add_argument(
-            "--conditions", nargs="+", default=["full"], choices=list(REFERENCE_CONDITIONS)
+            "--conditions",
+            nargs="+",
+            default=["full"],
+            type=condition_name,  # the reference's old names still work
+            choices=list(REFERENCE_CONDITIONS),
         )
         parser.add_argument("--runs", type=int, default=3, help="runs per cell (default 3)")
         parser.add_argument("--limit", type=int, default=None, help="first Q queries only")
