@@ -38,15 +38,15 @@ def identical_samples(*, episode: Episode, among: QuerySet[Episode]) -> list[int
     return [pk for pk in candidates if (curated.get(pk, []), actions.get(pk, [])) == mine]
 
 
-def _curated_sets(ids: list[int]) -> dict[int, list[tuple[str, str]]]:
+def _curated_sets(ids: list[int]) -> dict[int, list[tuple[int, str]]]:
     rows = (
         CuratedItem.objects.filter(episode_id__in=ids)
         .order_by("episode_id", "added_turn", "pk")
         .values_list("episode_id", "document_id", "tag")
     )
-    out: dict[int, list[tuple[str, str]]] = {}
+    out: dict[int, list[tuple[int, str]]] = {}
     for episode_id, document_id, tag in rows:
-        out.setdefault(episode_id, []).append((str(document_id), tag))
+        out.setdefault(episode_id, []).append((document_id, tag))
     return out
 
 

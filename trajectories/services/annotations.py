@@ -165,7 +165,7 @@ def annotation_label(
             field="episode",
         )
     family = label_family(annotator=annotator, episode=episode, now=now) if with_identical else []
-    list(Episode.objects.select_for_update().filter(pk__in=family))
+    list(Episode.objects.select_for_update().filter(pk__in=family))  # row locks, as above
     for pk in family:
         _label_write(annotator, pk, (label, reason, notes), {"identical_to": episode.pk})
     # Written last, so that it is the decision an undo finds.
