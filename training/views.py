@@ -50,7 +50,8 @@ def rl_job_launch(request: HttpRequest) -> HttpResponse:
         if job is not None:
             messages.success(request, f"RL job {job.pk} queued: {job.steps} steps.")
             return redirect("rl_job_detail", pk=job.pk)
-    return render(request, "training/rl_job_launch.html", {"form": form})
+    context = {"form": form, "missing_libraries": selectors.trainer_libraries_missing()}
+    return render(request, "training/rl_job_launch.html", context)
 
 
 def _launch(request: HttpRequest, form: RLJobLaunchForm) -> RLJob | None:
@@ -130,7 +131,8 @@ def sft_job_launch(request: HttpRequest) -> HttpResponse:
         if job is not None:
             messages.success(request, f"SFT job {job.pk} queued on export {job.export_id}.")
             return redirect("sft_job_detail", pk=job.pk)
-    return render(request, "training/sft_job_launch.html", {"form": form})
+    context = {"form": form, "missing_libraries": selectors.trainer_libraries_missing()}
+    return render(request, "training/sft_job_launch.html", context)
 
 
 def _sft_launch(request: HttpRequest, form: SFTJobLaunchForm) -> SFTJob | None:
