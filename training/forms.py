@@ -11,7 +11,6 @@ from django.conf import settings
 
 from harness_app.harness.reward import PRESET_KEY
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
-from training.lora import lora_rank_default
 from training.models import (
     ExportFormat,
     ExportStatus,
@@ -30,7 +29,11 @@ from training.services.rl_job_settings import (
     PRESETS,
     RLJobSettings,
 )
-from training.services.sft_job_settings import SFTJobSettings
+from training.services.sft_job_settings import (
+    SFTJobSettings,
+    sft_lora_alpha_default,
+    sft_lora_rank_default,
+)
 from trajectories.episode_filters import EpisodeFilterError, episode_filters_clean
 from trajectories.models import AnnotationStatus, TerminationPolicy
 
@@ -243,10 +246,6 @@ class RLJobLaunchForm(forms.Form):
 SFT_DEFAULTS = SFTJobSettings()
 
 
-def _sft_rank_default() -> int:
-    return lora_rank_default(SFT_DEFAULTS.lora_rank, server_max=settings.LLM_MAX_LORA_RANK)
-
-
 class SFTJobLaunchForm(forms.Form):
     """An SFT job: an export to train on, the policy whose server serves the adapter, and
     the trainer's settings with Harness-1's defaults (3 epochs; LoRA rank 32, or what the
@@ -284,13 +283,12 @@ class SFTJobLaunchForm(forms.Form):
         help_text="The optimiser's step size.",
     )
     lora_rank = forms.IntegerField(
-        initial=_sft_rank_default,  # called when drawn: LLM_MAX_LORA_RANK may change
+        initial=sft_lora_rank_default,  # called when drawn: LLM_MAX_LORA_RANK may change
         widget=forms.NumberInput({"min": 1, "max": MAX_LORA_RANK}),
         label="LoRA rank",
     )
     lora_alpha = forms.IntegerField(
-        # α / rank as in Harness-1's recipe (64 / 32) when the rank default is lowered.
-        initial=lambda: _sft_rank_default() * SFT_DEFAULTS.lora_alpha // SFT_DEFAULTS.lora_rank,
+        initial=sft_lora_alpha_default,
         label="LoRA α",
         help_text="LoRA's scale: the update is multiplied by α / rank.",
     )

@@ -26,7 +26,11 @@ from training.models import (
 from training.selectors import rollout_request_counts
 from training.services import rollout_service as svc
 from training.services.rl_job_settings import PRESETS, RLJobSettings
-from training.services.sft_job_settings import SFTJobSettings
+from training.services.sft_job_settings import (
+    SFTJobSettings,
+    sft_lora_alpha_default,
+    sft_lora_rank_default,
+)
 from trajectories.models import TerminationPolicy
 
 RL_DEFAULTS = RLJobSettings()
@@ -277,8 +281,14 @@ class SFTJobCreateSerializer(serializers.Serializer[Any]):
     base_model_dir = serializers.CharField(
         help_text="local folder of the weights the base policy's vLLM server serves"
     )
-    lora_rank = serializers.IntegerField(default=SFT_DEFAULTS.lora_rank)
-    lora_alpha = serializers.IntegerField(default=SFT_DEFAULTS.lora_alpha)
+    lora_rank = serializers.IntegerField(
+        default=sft_lora_rank_default,
+        help_text="default: 32 (Harness-1), or the vLLM server's largest (LLM_MAX_LORA_RANK) "
+        "when that is less",
+    )
+    lora_alpha = serializers.IntegerField(
+        default=sft_lora_alpha_default, help_text="default: twice the default rank"
+    )
     lora_dropout = serializers.FloatField(default=SFT_DEFAULTS.lora_dropout)
     lora_targets = serializers.ListField(
         child=serializers.CharField(), default=lambda: list(SFT_DEFAULTS.lora_targets)

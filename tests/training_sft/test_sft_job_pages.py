@@ -240,7 +240,8 @@ def test_api_researcher_creates_cancels_and_resumes_a_job(
         )
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert (body["status"], body["epochs"], body["lora_rank"]) == ("queued", 1.0, 32)
+    # LoRA rank: Harness-1's 32, capped by the local server's largest (LLM_MAX_LORA_RANK, 16)
+    assert (body["status"], body["epochs"], body["lora_rank"]) == ("queued", 1.0, 16)
     job_id = body["id"]
     assert sent == [("training.tasks.sft_job_run_task", job_id)]
     conflict = api.post(f"/api/sft-jobs/{job_id}/resume/")

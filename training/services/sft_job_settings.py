@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from training.lora import LORA_TARGETS_ALL_LINEAR
+from django.conf import settings
+
+from training.lora import LORA_TARGETS_ALL_LINEAR, lora_rank_default
 from training.sft_train import SFTSettings, SFTSettingsError
 
 
@@ -75,3 +77,15 @@ def sft_settings_from(data: Mapping[str, Any]) -> SFTJobSettings:
     if "gradient_checkpointing" in data:
         values["gradient_checkpointing"] = data["gradient_checkpointing"]
     return SFTJobSettings(**values)
+
+
+def sft_lora_rank_default() -> int:
+    """Harness-1's rank, or the configured vLLM server's largest (LLM_MAX_LORA_RANK, its
+    --max-lora-rank) when that is less: an adapter above it would be refused at publish.
+    Read when asked, so the launch form and the API agree with the setting of the moment."""
+    return lora_rank_default(SFTJobSettings.lora_rank, server_max=settings.LLM_MAX_LORA_RANK)
+
+
+def sft_lora_alpha_default() -> int:
+    """α for that rank, keeping Harness-1's α / rank (64 / 32)."""
+    return sft_lora_rank_default() * SFTJobSettings.lora_alpha // SFTJobSettings.lora_rank
