@@ -239,7 +239,6 @@ class BatchLaunchForm(forms.Form):
         self.policies = list(self.fields["policy"].queryset)  # type: ignore[attr-defined]
         for name in ("benchmark", "policy"):
             _preselect_single(self.fields[name])
-
         samples = self.fields["samples_per_query"]
         chosen = self.initial.get("policy") or self.fields["policy"].initial
         samples.initial = self._samples_default(chosen)
@@ -254,6 +253,7 @@ class BatchLaunchForm(forms.Form):
         except (TypeError, ValueError):
             deterministic = False
         return self.SAMPLES_DETERMINISTIC if deterministic else self.SAMPLES_SAMPLED
+
     def deterministic_policy_ids(self) -> list[int]:
         """The policies whose samples of a query all come out the same (baseline, greedy),
         for which more than one sample per query only repeats the work."""
