@@ -169,8 +169,15 @@ def run(args: argparse.Namespace) -> int:
             answer = client.ack(request_id, group["lease"])
             emit("acked", delivery=group["delivery"], answer=answer)
         if pulled["status"] != "open":
-            emit("done", status=pulled["status"], counts=pulled["counts"], trained=len(seen))
-            return 0
+            # satisfied, exhausted (fewer groups than wanted could be delivered) or cancelled
+            emit(
+                "done",
+                status=pulled["status"],
+                reason=pulled["reason"],
+                counts=pulled["counts"],
+                trained=len(seen),
+            )
+            return 0 if pulled["status"] == "satisfied" else 1
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -332,7 +332,14 @@ class RolloutRequestViewSet(
             time.sleep(PULL_POLL_S)
         # Answered as built: the serializer describes the shape for the schema, but running
         # its per-item fields over every token id would cost more than building the group.
-        return Response({"status": result.status, "groups": result.groups, "counts": result.counts})
+        return Response(
+            {
+                "status": result.status,
+                "reason": result.reason,
+                "groups": result.groups,
+                "counts": result.counts,
+            }
+        )
 
     @extend_schema(
         request=RolloutAckSerializer,

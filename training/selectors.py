@@ -4,7 +4,7 @@ curves, an SFT job's lineage; and the SFT export pages."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.paginator import Page, Paginator
@@ -17,6 +17,7 @@ from training.models import (
     RLStep,
     RolloutDelivery,
     RolloutRequest,
+    RolloutRequestStatus,
     SFTExport,
     SFTJob,
 )
@@ -221,6 +222,28 @@ def rollout_request_counts(*, request_id: int) -> dict[str, int]:
     counts = dict.fromkeys(DeliveryState.values, 0)
     counts.update({state: n for state, n in rows})
     return counts
+
+
+# The states of groups that ended without reaching the trainer, as a reason lists them.
+DROPPED_STATES = (
+    DeliveryState.ZERO_VARIANCE,
+    DeliveryState.FAILED,
+    DeliveryState.STALE,
+    DeliveryState.STRAGGLER,
+)
+
+
+def rollout_request_reason(*, status: str, groups_wanted: int, counts: Mapping[str, int]) -> str:
+    """Why a rollout request finished, in words a trainer can log; empty while open."""
+    acked = f"{counts[DeliveryState.ACKED]} of the {groups_wanted} groups wanted"
+    if status == RolloutRequestStatus.SATISFIED:
+        return f"{acked} were acknowledged"
+    if status == RolloutRequestStatus.CANCELLED:
+        return f"cancelled with {acked} acknowledged"
+    if status == RolloutRequestStatus.EXHAUSTED:
+        dropped = ", ".join(f"{counts[s]} {s}" for s in DROPPED_STATES if counts[s]) or "none"
+        return f"nothing left to deliver: {acked} were acknowledged; dropped: {dropped}"
+    return ""
 
 
 def rollout_requests_queryset() -> QuerySet[RolloutRequest]:

@@ -23,7 +23,7 @@ from training.models import (
     SFTExport,
     SFTJob,
 )
-from training.selectors import rollout_request_counts
+from training.selectors import rollout_request_counts, rollout_request_reason
 from training.services import rollout_service as svc
 from training.services.rl_job_settings import PRESETS, RLJobSettings
 from training.services.sft_job_settings import (
@@ -429,8 +429,15 @@ class RolloutCountsSerializer(serializers.Serializer[Any]):
     failed = serializers.IntegerField()
 
 
+REASON_HELP = (
+    "why the request finished (satisfied, exhausted or cancelled) and how many groups "
+    "were acknowledged or dropped; empty while open"
+)
+
+
 class RolloutRequestSerializer(serializers.ModelSerializer[RolloutRequest]):
     counts = serializers.SerializerMethodField()
+    reason = serializers.SerializerMethodField(help_text=REASON_HELP)
 
     class Meta:
         model = RolloutRequest
@@ -451,6 +458,7 @@ class RolloutRequestSerializer(serializers.ModelSerializer[RolloutRequest]):
             "normalize_std",
             "reconstruction",
             "counts",
+            "reason",
             "created_at",
             "finished_at",
         ]
@@ -462,6 +470,13 @@ class RolloutRequestSerializer(serializers.ModelSerializer[RolloutRequest]):
         if hasattr(request, "n_playing"):
             return {state: getattr(request, f"n_{state}") for state in DeliveryState.values}
         return rollout_request_counts(request_id=request.pk)
+
+    def get_reason(self, request: RolloutRequest) -> str:
+        return rollout_request_reason(
+            status=request.status,
+            groups_wanted=request.groups_wanted,
+            counts=self.get_counts(request),
+        )
 
 
 class RolloutPullSerializer(serializers.Serializer[Any]):
@@ -524,6 +539,7 @@ class RolloutPullResultSerializer(serializers.Serializer[Any]):
     status = serializers.ChoiceField(choices=RolloutRequestStatus.choices)
     groups = RolloutGroupSerializer(many=True)
     counts = RolloutCountsSerializer()
+    reason = serializers.CharField(help_text=REASON_HELP)
 
 
 class RolloutAckSerializer(serializers.Serializer[Any]):
@@ -534,3 +550,4 @@ class RolloutAckResultSerializer(serializers.Serializer[Any]):
     delivery = serializers.IntegerField()
     already_acked = serializers.BooleanField()
     status = serializers.ChoiceField(choices=RolloutRequestStatus.choices)
+    reason = serializers.CharField(help_text=REASON_HELP)

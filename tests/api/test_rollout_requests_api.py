@@ -56,7 +56,34 @@ def test_a_researcher_submits_pulls_and_acks(researcher_api, demo_benchmark, pol
     assert (first.status_code, again.status_code) == (200, 200)
     assert (first.json()["already_acked"], again.json()["already_acked"]) == (False, True)
     assert again.json()["status"] == "satisfied"
+    assert again.json()["reason"] == "1 of the 1 groups wanted were acknowledged"
     assert researcher_api.get(url).json()["counts"]["acked"] == 1
+    assert researcher_api.get(url).json()["reason"] == again.json()["reason"]
+
+
+def test_a_request_left_with_nothing_to_deliver_ends_with_its_reason(
+    researcher_api, demo_benchmark, policy
+):
+    created = _submit(researcher_api, demo_benchmark, policy, groups_wanted=2)
+    url = f"/api/rollout-requests/{created['id']}/"
+    assert created["reason"] == ""
+    varied, flat = deliveries(RolloutRequest.objects.get())
+    group_play(varied, [1.0, 0.0])
+    group_play(flat, [0.4, 0.4])
+    pulled = researcher_api.post(url + "pull/", {"policy_version": 0}, format="json").json()
+    assert (pulled["status"], pulled["reason"]) == ("open", "")
+    acked = researcher_api.post(
+        url + "ack/", {"lease": pulled["groups"][0]["lease"]}, format="json"
+    )
+    reason = (
+        "nothing left to deliver: 1 of the 2 groups wanted were acknowledged; "
+        "dropped: 1 zero_variance"
+    )
+    assert (acked.json()["status"], acked.json()["reason"]) == ("exhausted", reason)
+    again = researcher_api.post(url + "pull/", {"policy_version": 0, "wait_s": 5}, format="json")
+    assert (again.json()["status"], again.json()["reason"]) == ("exhausted", reason)
+    listed = researcher_api.get("/api/rollout-requests/").json()["results"][0]
+    assert (listed["status"], listed["reason"]) == ("exhausted", reason)
 
 
 def test_acking_an_unknown_or_expired_lease_answers_clearly(researcher_api, demo_benchmark, policy):
@@ -114,6 +141,10 @@ def test_the_list_counts_groups_in_one_query(
 def test_cancel_stops_the_request(researcher_api, demo_benchmark, policy):
     created = _submit(researcher_api, demo_benchmark, policy)
     url = f"/api/rollout-requests/{created['id']}/"
-    assert researcher_api.post(url + "cancel/").json()["status"] == "cancelled"
+    cancelled = researcher_api.post(url + "cancel/").json()
+    assert (cancelled["status"], cancelled["reason"]) == (
+        "cancelled",
+        "cancelled with 0 of the 1 groups wanted acknowledged",
+    )
     pulled = researcher_api.post(url + "pull/", {"policy_version": 0}, format="json").json()
     assert (pulled["status"], pulled["groups"]) == ("cancelled", [])

@@ -182,6 +182,61 @@ def test_a_request_whose_groups_all_dropped_is_exhausted(demo_benchmark, policy)
     assert pulled.counts[DeliveryState.ZERO_VARIANCE] == 2
 
 
+def test_a_request_with_too_few_deliverable_groups_finishes_after_its_last_ack(
+    demo_benchmark, policy
+):
+    # As seen: 12 wanted, over_sample 1.0; 2 groups zero-variance, the other 10 acked.
+    # Nothing is left to deliver, so the request must end instead of staying open.
+    request = request_create(demo_benchmark, policy, groups_wanted=12)
+    *varied, flat_a, flat_b = deliveries(request)
+    for delivery in varied:
+        group_play(delivery, [1.0, 0.0])
+    group_play(flat_a, [0.5, 0.5])
+    group_play(flat_b, [0.0, 0.0])
+    pulled = rollout_groups_pull(request=request, trainer_version=0, max_groups=12)
+    assert len(pulled.groups) == 10
+    acks = [rollout_group_ack(request=request, token=g["lease"]) for g in pulled.groups]
+    assert [a.status for a in acks] == [RolloutRequestStatus.OPEN] * 9 + [
+        RolloutRequestStatus.EXHAUSTED
+    ]
+    assert (pulled.status, pulled.reason) == (RolloutRequestStatus.OPEN, "")
+    assert acks[-1].reason == (
+        "nothing left to deliver: 10 of the 12 groups wanted were acknowledged; "
+        "dropped: 2 zero_variance"
+    )
+    after = rollout_groups_pull(request=request, trainer_version=0)
+    assert (after.status, after.groups) == (RolloutRequestStatus.EXHAUSTED, [])
+    assert after.reason == acks[-1].reason
+    assert after.counts[DeliveryState.ACKED] == 10
+    assert after.counts[DeliveryState.ZERO_VARIANCE] == 2
+    request.refresh_from_db()
+    assert (request.status, request.finished_at is not None) == ("exhausted", True)
+
+
+def test_the_last_drop_closes_a_request_whose_other_groups_were_acked(demo_benchmark, policy):
+    # The other order: the acks come first, the failed group is evaluated on a later pull.
+    request = request_create(demo_benchmark, policy, groups_wanted=2)
+    played, failing = deliveries(request)
+    group_play(played, [1.0, 0.0])
+    [group] = rollout_groups_pull(request=request, trainer_version=0).groups
+    assert rollout_group_ack(request=request, token=group["lease"]).status == "open"
+    Episode.objects.filter(group_id=failing.group_id).update(status=EpisodeStatus.FAILED)
+    pulled = rollout_groups_pull(request=request, trainer_version=0)
+    assert pulled.status == RolloutRequestStatus.EXHAUSTED
+    assert pulled.reason.endswith("1 of the 2 groups wanted were acknowledged; dropped: 1 failed")
+
+
+def test_a_satisfied_request_says_why(demo_benchmark, policy):
+    request = request_create(demo_benchmark, policy, groups_wanted=1)
+    group_play(deliveries(request)[0], [1.0, 0.0])
+    [group] = rollout_groups_pull(request=request, trainer_version=0).groups
+    acked = rollout_group_ack(request=request, token=group["lease"])
+    assert (acked.status, acked.reason) == (
+        "satisfied",
+        "1 of the 1 groups wanted were acknowledged",
+    )
+
+
 # --- ack and redelivery ----------------------------------------------------------------------
 
 

@@ -222,6 +222,48 @@ def test_the_reference_trainer_takes_real_steps_with_the_builtin_trainer(
     assert events[-1]["status"] == "satisfied"
 
 
+def test_the_reference_trainer_stops_when_too_few_groups_can_be_delivered(
+    live_server, demo_benchmark
+):
+    # Two groups wanted, one zero-variance: after the other is acked nothing is left, and
+    # the trainer must end with the service's reason rather than pull forever.
+    researcher = factories.user("rita", Role.RESEARCHER)
+    token, _ = Token.objects.get_or_create(user=researcher)
+    policy = PolicyConfig.objects.create(
+        name="served", kind=PolicyKind.OPENAI, base_url="http://127.0.0.1:8011/v1", model="m"
+    )
+    request = request_create(demo_benchmark, policy, groups_wanted=2)
+    varied, flat = deliveries(request)
+    group_play(varied, [1.0, 0.0])
+    group_play(flat, [0.3, 0.3])
+    trainer = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "external_trainer.py"),
+            f"--base-url={live_server.url}",
+            f"--token={token.key}",
+            f"--request={request.pk}",
+            "--wait-s=0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        out, _ = trainer.communicate(timeout=30)
+    finally:
+        trainer.kill()
+        trainer.wait(timeout=10)
+    events = [json.loads(line) for line in out.splitlines() if line.startswith(b"{")]
+    assert [e["event"] for e in events] == ["pulled", "stepped", "acked", "done"]
+    assert events[-1]["status"] == "exhausted"
+    assert events[-1]["reason"] == (
+        "nothing left to deliver: 1 of the 2 groups wanted were acknowledged; "
+        "dropped: 1 zero_variance"
+    )
+    assert trainer.returncode == 1  # fewer groups than asked for
+
+
 def test_concurrent_consumers_never_share_a_group(demo_benchmark):
     policy = PolicyConfig.objects.create(
         name="served", kind=PolicyKind.OPENAI, base_url="http://127.0.0.1:8011/v1", model="m"

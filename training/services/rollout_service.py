@@ -14,6 +14,9 @@ acknowledged or spoken for (ready or leased), the groups still playing are strag
 pending episodes are cancelled and they are never delivered. A group whose rewards are all
 equal carries no signal and is dropped (`zero_variance`); a group sampled from a policy
 version more than `staleness_bound` versions behind the trainer's is dropped (`stale`).
+A request ends `satisfied` once `groups_wanted` are acknowledged, and `exhausted` as soon as
+no group is left playing, ready or leased short of that; pulls and acks answer the status
+with a `reason` in words (training.selectors.rollout_request_reason).
 
 Lock order, everywhere: the request row, then delivery rows. Candidates are leased with
 `select_for_update(skip_locked=True)`, so a delivery that an ack holds is skipped rather
@@ -48,7 +51,7 @@ from training.models import (
 from training.rl.advantages import AdvantageSettings, group_advantage_values
 from training.rl.batches import EpisodeCalls, Exclusion, TrainSequence, build_sequences
 from training.rl.samples import rl_episodes_for_groups
-from training.selectors import rollout_request_counts
+from training.selectors import rollout_request_counts, rollout_request_reason
 from trajectories.models import Episode, EpisodeStatus, RolloutGroup
 from trajectories.services import rollouts
 
@@ -268,15 +271,31 @@ def _settle(request: RolloutRequest) -> dict[str, int]:
     counts = rollout_request_counts(request_id=request.pk)
     if request.status != RolloutRequestStatus.OPEN:
         return counts
-    taken = counts[DeliveryState.ACKED] + counts[DeliveryState.LEASED]
-    if counts[DeliveryState.ACKED] >= request.groups_wanted:
+    acked, leased, ready, playing = (
+        counts[s]
+        for s in (
+            DeliveryState.ACKED,
+            DeliveryState.LEASED,
+            DeliveryState.READY,
+            DeliveryState.PLAYING,
+        )
+    )
+    if acked >= request.groups_wanted:
         _drop_stragglers(request, [DeliveryState.PLAYING, DeliveryState.READY])
         _close(request, RolloutRequestStatus.SATISFIED)
-    elif taken + counts[DeliveryState.READY] >= request.groups_wanted:
+    elif acked + leased + ready >= request.groups_wanted:
         _drop_stragglers(request, [DeliveryState.PLAYING])
-    elif taken + counts[DeliveryState.READY] + counts[DeliveryState.PLAYING] == 0:
+    elif leased + ready + playing == 0:
+        # Short of groups_wanted with nothing left that could reach the trainer. (Acked
+        # groups once counted here as still taken, and such a request stayed open forever.)
         _close(request, RolloutRequestStatus.EXHAUSTED)
     return rollout_request_counts(request_id=request.pk)
+
+
+def _reason(request: RolloutRequest, counts: dict[str, int]) -> str:
+    return rollout_request_reason(
+        status=request.status, groups_wanted=request.groups_wanted, counts=counts
+    )
 
 
 def _drop_stragglers(request: RolloutRequest, states: list[str]) -> None:
@@ -332,6 +351,7 @@ class PullResult:
     status: str
     groups: list[DeliveredGroup]
     counts: dict[str, int]
+    reason: str
 
 
 def rollout_groups_pull(
@@ -350,7 +370,12 @@ def rollout_groups_pull(
         if locked.status == RolloutRequestStatus.OPEN:
             leased = _lease(locked, counts, max_groups, trainer_version, consumer, now)
             counts = rollout_request_counts(request_id=locked.pk)
-    return PullResult(status=locked.status, groups=_payloads(locked, leased), counts=counts)
+    return PullResult(
+        status=locked.status,
+        groups=_payloads(locked, leased),
+        counts=counts,
+        reason=_reason(locked, counts),
+    )
 
 
 def _lease(
@@ -473,6 +498,7 @@ class AckResult:
     delivery: int
     already_acked: bool
     status: str
+    reason: str
 
 
 def _lease_problem(lease: RolloutLease, delivery: RolloutDelivery, now: Any) -> str:
@@ -509,7 +535,8 @@ def rollout_group_ack(*, request: RolloutRequest, token: str) -> AckResult:
         )
     delivery = RolloutDelivery.objects.select_for_update().get(pk=lease.delivery_id)
     if lease.acked_at is not None:
-        return AckResult(delivery.pk, already_acked=True, status=locked.status)
+        counts = rollout_request_counts(request_id=locked.pk)
+        return AckResult(delivery.pk, True, locked.status, _reason(locked, counts))
     now = timezone.now()
     problem = _lease_problem(lease, delivery, now)
     if problem:
@@ -518,5 +545,5 @@ def rollout_group_ack(*, request: RolloutRequest, token: str) -> AckResult:
     lease.save(update_fields=["acked_at"])
     delivery.state = DeliveryState.ACKED
     delivery.save(update_fields=["state", "acked_at"])
-    _settle(locked)
-    return AckResult(delivery.pk, already_acked=False, status=locked.status)
+    counts = _settle(locked)
+    return AckResult(delivery.pk, False, locked.status, _reason(locked, counts))
