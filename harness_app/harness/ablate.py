@@ -12,7 +12,6 @@ condition as the mean over runs of the per-run mean, and its population std acro
 
 from __future__ import annotations
 
-import csv
 import io
 import statistics
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.config import HarnessConfig
+from harness_app.harness.csv_cells import csv_writer
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.policies import make_policy
 from harness_app.harness.reward import RewardWeights
@@ -167,7 +167,7 @@ def format_spread(entry: dict[str, Any], metric: str) -> str:
 def matrix_csv(entries: Sequence[dict[str, Any]]) -> str:
     """The reference's CSV: `CSV_COLUMNS`, one row per condition, the means as values."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     writer.writerow(CSV_COLUMNS)
     for entry in entries:
         values = [_csv_number(metric, entry[f"{metric}_mean"]) for metric in MATRIX_METRICS]

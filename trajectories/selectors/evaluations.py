@@ -10,7 +10,6 @@ completed episodes, with the population std across runs (as `ablate` reports, th
 
 from __future__ import annotations
 
-import csv
 import io
 from collections import defaultdict
 from collections.abc import Iterable
@@ -21,6 +20,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from harness_app.harness.ablate import format_spread
 from harness_app.harness.ablation import condition_name
+from harness_app.harness.csv_cells import csv_writer
 from harness_app.harness.stats import Spread, paired_bootstrap, spread
 from trajectories.models import (
     BatchStatus,
@@ -306,7 +306,7 @@ def evaluation_transfer(
 def transfer_csv(transfer: dict[str, Any]) -> str:
     """benchmark, then `<configuration> mean` and `<configuration> std` per configuration."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     header = ["benchmark"]
     for config in transfer["configs"]:
         header += [f"{config['label']} mean", f"{config['label']} std"]

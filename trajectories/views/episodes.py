@@ -7,7 +7,6 @@ autoescaping or `json_script`; the page scripts only ever set textContent.
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from harness_app.harness.csv_cells import csv_writer
 from harness_app.ids import as_id
 from harness_app.models import Document
 from harness_app.roles import Role, browse_required, user_has_role
@@ -116,14 +116,14 @@ def episode_list_download(request: HttpRequest, fmt: str) -> StreamingHttpRespon
 
 
 class _Line:
-    """A file-like sink for csv.writer that hands each written line back."""
+    """A file-like sink for a CSV writer that hands each written line back."""
 
     def write(self, text: str) -> str:
         return text
 
 
 def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
-    writer = csv.writer(_Line())
+    writer = csv_writer(_Line())
     yield writer.writerow([name for name, _ in DOWNLOAD_COLUMNS])
     for row in rows:
         yield writer.writerow(["" if v is None else v for v in row.values()])
