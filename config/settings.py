@@ -169,6 +169,13 @@ REST_FRAMEWORK = {
         "anon": env_str("API_THROTTLE_ANON", "60/minute"),
         "user": env_str("API_THROTTLE_USER", "1200/minute"),
     },
+    # DRF's parsers, JSON with a nesting limit (harness_app/json_body.py): a body nested
+    # 50,000 deep is a 400 that says so, not a RecursionError.
+    "DEFAULT_PARSER_CLASSES": [
+        "harness_app.json_body.DepthLimitedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

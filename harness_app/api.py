@@ -187,6 +187,9 @@ class ObtainExpiringAuthToken(ObtainAuthToken):
     Failures count toward the login lockout (django-axes); a locked-out caller gets 429.
     """
 
+    # ObtainAuthToken names DRF's plain parsers; these are the API's (the JSON depth limit).
+    parser_classes = APIView.parser_classes  # DEFAULT_PARSER_CLASSES
+
     @extend_schema(auth=[])  # open to anyone: it is how a client gets credentials
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)

@@ -42,6 +42,23 @@ class RowIdField(serializers.PrimaryKeyRelatedField):
         return super().to_internal_value(data)
 
 
+class BoundedIntegerField(serializers.IntegerField):
+    """An integer between `low` and `high`, refused before any service runs with the
+    service's own words: "<field> must be between <low> and <high>, got <value>"."""
+
+    def __init__(self, *, low: int, high: int, **kwargs: Any) -> None:
+        super().__init__(min_value=low, max_value=high, **kwargs)
+        self.low, self.high = low, high
+
+    def to_internal_value(self, data: Any) -> int:
+        value = super().to_internal_value(data)
+        if not self.low <= value <= self.high:
+            raise serializers.ValidationError(
+                f"{self.field_name} must be between {self.low} and {self.high}, got {value}"
+            )
+        return value
+
+
 class BenchmarkSerializer(serializers.ModelSerializer[Benchmark]):
     corpus = serializers.CharField(source="corpus.name", read_only=True)
     documents = serializers.IntegerField(source="corpus.doc_count", read_only=True)

@@ -23,6 +23,7 @@ import orjson
 import urllib3
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
@@ -44,6 +45,7 @@ from harness_app.harness.llm.proxy_protocol import (
 )
 from harness_app.harness.llm.sampling_overrides import sampling_overrides_parse
 from trajectories.models import RecordingSession
+from trajectories.proxy_body import LengthRequired, proxy_body_json
 from trajectories.proxy_dialects import CHAT, MESSAGES, RESPONSES, Dialect, StreamTranslator
 from trajectories.proxy_limits import OverLimit, ReleasedAtClose, Slot, key_limits
 from trajectories.proxy_upstream import (
@@ -71,11 +73,31 @@ def _error(status: int, message: str, kind: str, param: str | None = None) -> Js
     return JsonResponse(body, status=status)
 
 
-def _session_or_error(key: str) -> RecordingSession | JsonResponse:
+def _session_or_error(key: str, dialect: Dialect) -> RecordingSession | JsonResponse:
     try:
         return recording_session_authenticate(key=key)
     except SessionKeyError as exc:
-        return _error(exc.status, str(exc), "invalid_session_key")
+        return dialect.error(exc.status, str(exc), "invalid_session_key")
+    except DatabaseError as exc:
+        # The short path (config/wsgi.py) has no error pages: this would be the site's
+        # HTML 500. A 503 with Retry-After is one the agents' clients wait out and retry.
+        log.warning("the proxy could not look a session up: %s", exc)
+        message = "the recording database is unreachable; the call was not made, retry it"
+        response = dialect.error(503, message, "service_unavailable")
+        response["Retry-After"] = "5"
+        return response
+
+
+def _caller_json(request: HttpRequest, dialect: Dialect) -> Any:
+    """The caller's body parsed, or the refusal in its API's shape (proxy_body.py)."""
+    try:
+        return proxy_body_json(request)
+    except RequestDataTooBig:
+        return dialect.error(413, "the request body is too large", "invalid_request_error")
+    except LengthRequired as exc:
+        return dialect.error(411, str(exc), "invalid_request_error")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return dialect.error(400, f"not {dialect.what}: {exc}", "invalid_request_error")
 
 
 def proxy_not_found(request: HttpRequest, exception: Exception) -> JsonResponse:
@@ -83,11 +105,16 @@ def proxy_not_found(request: HttpRequest, exception: Exception) -> JsonResponse:
     return _error(404, f"no proxy endpoint at {request.path}", "not_found")
 
 
+def proxy_server_error(request: HttpRequest) -> JsonResponse:
+    """A crash on the short path (config/wsgi.py), answered as an API would, not as a page."""
+    return _error(500, "the proxy failed; the error is in the server's log", "api_error")
+
+
 @csrf_exempt
 @login_not_required
 @require_GET
 def proxy_models(request: HttpRequest, key: str) -> HttpResponse:
-    session = _session_or_error(key)
+    session = _session_or_error(key, CHAT)
     if isinstance(session, JsonResponse):
         return session
     try:
@@ -130,10 +157,9 @@ def proxy_responses(request: HttpRequest, key: str) -> HttpResponseBase:
 def proxy_count_tokens(request: HttpRequest, key: str) -> HttpResponse:
     """Anthropic's token count, by vLLM's /tokenize of the translated request: the count
     is of the prompt the served chat template renders, as the model will see it."""
-    try:
-        session = recording_session_authenticate(key=key)
-    except SessionKeyError as exc:
-        return MESSAGES.error(exc.status, str(exc), "invalid_session_key")
+    session = _session_or_error(key, MESSAGES)
+    if isinstance(session, JsonResponse):
+        return session
     try:
         slot = key_limits.admit(session.pk)
     except OverLimit as exc:
@@ -145,8 +171,10 @@ def proxy_count_tokens(request: HttpRequest, key: str) -> HttpResponse:
 
 
 def _count_tokens(request: HttpRequest, session: RecordingSession) -> HttpResponse:
+    caller = _caller_json(request, MESSAGES)
+    if isinstance(caller, HttpResponse):
+        return caller
     try:
-        caller = orjson.loads(request.body)
         if isinstance(caller, dict):
             caller = {**caller, "max_tokens": 1}  # the count request has none
         chat = MESSAGES.to_chat(caller)
@@ -174,18 +202,17 @@ def _count_tokens(request: HttpRequest, session: RecordingSession) -> HttpRespon
 
 
 def _proxied(request: HttpRequest, key: str, dialect: Dialect) -> HttpResponseBase:
+    session = _session_or_error(key, dialect)
+    if isinstance(session, JsonResponse):
+        return session
+    caller = _caller_json(request, dialect)
+    if isinstance(caller, HttpResponse):
+        return caller
     try:
-        session = recording_session_authenticate(key=key)
-    except SessionKeyError as exc:
-        return dialect.error(exc.status, str(exc), "invalid_session_key")
-    try:
-        caller = orjson.loads(request.body)
         chat = dialect.to_chat(caller)
         overrides = sampling_overrides_parse(session.sampling)
         overrides.apply(chat, context_len=upstream_context_len)
         forwarded, asked = upstream_request(chat)
-    except RequestDataTooBig:
-        return dialect.error(413, "the request body is too large", "invalid_request_error")
     except (ValueError, UnicodeDecodeError) as exc:
         param = exc.param if isinstance(exc, ProtocolError) else None
         message = f"not {dialect.what}: {exc}"

@@ -7,6 +7,7 @@ from trajectories import proxy
 
 # Consulted only where this is the URLconf, i.e. on the WSGI entry's path for /proxy/.
 handler404 = proxy.proxy_not_found
+handler500 = proxy.proxy_server_error
 
 urlpatterns = [
     path(

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from harness_app.harness.ablation import MECHANISMS, REFERENCE_CONDITIONS, condition_name
 from harness_app.ids import MAX_ID
 from harness_app.models import Benchmark, PolicyConfig, RetrieverKind
-from harness_app.serializers import RowIdField
+from harness_app.serializers import BoundedIntegerField, RowIdField
 from trajectories.models import (
     AblationMatrix,
     Annotation,
@@ -27,6 +27,7 @@ from trajectories.models import (
 from trajectories.selectors.evaluations import METRICS as EVALUATION_METRICS
 from trajectories.selectors.turns import turn_states
 from trajectories.services.annotations import MAX_OVERLAP
+from trajectories.services.rollouts import MAX_QUERY_LIMIT, MAX_TURNS_LIMIT
 
 # --- batches --------------------------------------------------------------------------------
 
@@ -195,8 +196,8 @@ class AblationMatrixSerializer(serializers.ModelSerializer[AblationMatrix]):
 
 
 class EvaluationRunCreateSerializer(serializers.Serializer[Any]):
-    """Types only: the ranges and the rest are checked by
-    services.evaluations.evaluation_create."""
+    """Types and the counts' ranges (a count past its column's range once reached the
+    INSERT); the rest is checked by services.evaluations.evaluation_create."""
 
     name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
     benchmarks = RowIdField(
@@ -211,10 +212,15 @@ class EvaluationRunCreateSerializer(serializers.Serializer[Any]):
         help_text="conditions (minus_<mechanism>, ...); each policy config runs under each",
     )
     runs = serializers.IntegerField(default=3, help_text="runs per cell, 1 to 20")
-    query_limit = serializers.IntegerField(
-        required=False, allow_null=True, default=None, help_text="the first Q queries only"
+    query_limit = BoundedIntegerField(
+        low=1,
+        high=MAX_QUERY_LIMIT,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="the first Q queries only",
     )
-    max_turns = serializers.IntegerField(default=40, help_text="1 to 200")
+    max_turns = BoundedIntegerField(low=1, high=MAX_TURNS_LIMIT, default=40, help_text="1 to 200")
 
 
 class EvaluationRunSerializer(serializers.ModelSerializer[EvaluationRun]):

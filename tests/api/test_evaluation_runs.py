@@ -106,6 +106,23 @@ def test_bad_parameters_are_400_naming_the_field(
     assert not EvaluationRun.objects.exists() and not RolloutBatch.objects.exists()
 
 
+@pytest.mark.parametrize("field", ["query_limit", "max_turns"])
+@pytest.mark.parametrize("value", [-1, 2**63, 10**30])
+def test_out_of_range_counts_are_400_naming_the_field_with_nothing_written(
+    researcher_api, demo_benchmark, baseline_policy, field, value
+):
+    # Once a 500 (a -1 broke the column's check, 2^63 and 10^30 overflowed it) from an
+    # INSERT that ran before the range checks.
+    body = {"benchmarks": [demo_benchmark.pk], "policies": [baseline_policy.pk], field: value}
+    response = researcher_api.post("/api/evaluation-runs/", body, format="json")
+    assert response.status_code == 400
+    errors = response.json()
+    assert list(errors) == [field]
+    assert f"{field} must be between 1 and" in errors[field][0]
+    assert f"got {value}" in errors[field][0]
+    assert EvaluationRun.objects.count() == 0 and RolloutBatch.objects.count() == 0
+
+
 def test_annotators_and_strangers_are_refused(
     annotator_api, anonymous_api, created, demo_benchmark, baseline_policy
 ):

@@ -49,7 +49,15 @@ def _check(
     policies: Sequence[PolicyConfig],
     conditions: Sequence[str],
     runs: int,
+    counts: dict[str, tuple[int | None, int]],
 ) -> None:
+    # Before any row is written: an out-of-range count once reached the INSERT (a -1 broke
+    # the column's check, 2^63 overflowed it) before the batches' own checks ran.
+    for field, (value, most) in counts.items():
+        if value is not None and not 1 <= value <= most:
+            raise EvaluationParameterError(
+                f"{field} must be between 1 and {most}, got {value}", field=field
+            )
     unknown = [c for c in conditions if c not in REFERENCE_CONDITIONS]
     if unknown:
         raise EvaluationParameterError(
@@ -89,7 +97,11 @@ def evaluation_create(
     benchmarks = _distinct(benchmarks, "benchmarks")
     policies = _distinct(policies, "policies")
     conditions = _distinct([condition_name(c) for c in conditions], "conditions")
-    _check(benchmarks, policies, conditions, runs)
+    counts = {
+        "max_turns": (max_turns, rollouts.MAX_TURNS_LIMIT),
+        "query_limit": (query_limit, rollouts.MAX_QUERY_LIMIT),
+    }
+    _check(benchmarks, policies, conditions, runs, counts)
     user = created_by if getattr(created_by, "pk", None) else None
     evaluation = EvaluationRun.objects.create(
         name=name,

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 MAX_SAMPLES_PER_QUERY = 64
 MAX_TURNS_LIMIT = 200
+MAX_QUERY_LIMIT = 10_000_000
 # Termination reasons that mean the infrastructure failed, not that the policy stopped.
 FAILURE_REASONS = frozenset(FAILED_REASONS)
 
@@ -121,7 +122,7 @@ def batch_create(
             field="termination_policy",
         )
     if query_limit is not None:
-        _check_range("query_limit", query_limit, 1, 10_000_000)
+        _check_range("query_limit", query_limit, 1, MAX_QUERY_LIMIT)
     try:
         ablation = Ablation().without(*ablate)
     except (ValueError, TypeError) as exc:
