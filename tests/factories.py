@@ -211,3 +211,22 @@ def harness_group_finished(rewards: list[float | None], **group: Any) -> Any:
     )
     launched.refresh_from_db()
     return launched
+
+
+def policy_form(**fields: Any) -> dict[str, Any]:
+    """The policy pages' form data: every optional field at its blank default; `fields` give
+    the name, kind, server, model and sampling, and override any default."""
+    return {
+        "system_prompt_version": "v1",
+        "tool_call_format": "openai_tools",
+        "tool_parser": "hermes",
+        "context_mode": "append",
+        "context_limit": "",
+        "retriever": "bm25",
+        "verifier": "lexical",
+        "verifier_base_url": "",
+        "verifier_model": "",
+        "reranker_base_url": "",
+        "reranker_model": "",
+        **fields,
+    }

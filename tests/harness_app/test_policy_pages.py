@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
+from tests import factories
 from tests.fakes.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.django_db
@@ -34,25 +35,16 @@ def _closed_port_url() -> str:
 
 
 def _form(server: FakeOpenAIServer, **overrides: Any) -> dict[str, Any]:
-    data = {
-        "name": "qwen-t07",
-        "kind": PolicyKind.OPENAI,
-        "base_url": server.base_url,
-        "model": MODEL,
-        "sampling": '{"temperature": 0.7, "max_tokens": 512}',
-        "system_prompt_version": "v1",
-        "tool_call_format": "openai_tools",
-        "tool_parser": "hermes",
-        "context_mode": "append",
-        "context_limit": "",
-        "retriever": "bm25",
-        "verifier": "lexical",
-        "verifier_base_url": "",
-        "verifier_model": "",
-        "reranker_base_url": "",
-        "reranker_model": "",
-    }
-    return {**data, **overrides}
+    return factories.policy_form(
+        **{
+            "name": "qwen-t07",
+            "kind": PolicyKind.OPENAI,
+            "base_url": server.base_url,
+            "model": MODEL,
+            "sampling": '{"temperature": 0.7, "max_tokens": 512}',
+            **overrides,
+        }
+    )
 
 
 def test_researcher_creates_a_policy_and_sees_it_listed(researcher_client, served) -> None:

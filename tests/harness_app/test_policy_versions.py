@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
+from tests import factories
 from trajectories.models import RolloutBatch
 from trajectories.services.rollouts import batch_create
 
@@ -16,25 +17,16 @@ pytestmark = pytest.mark.django_db
 
 
 def _form(policy: PolicyConfig, **overrides: Any) -> dict[str, Any]:
-    data = {
-        "name": policy.name,
-        "kind": policy.kind,
-        "base_url": policy.base_url,
-        "model": policy.model,
-        "sampling": '{"temperature": 0.5}',
-        "system_prompt_version": "v1",
-        "tool_call_format": "openai_tools",
-        "tool_parser": "hermes",
-        "context_mode": "append",
-        "context_limit": "",
-        "retriever": "bm25",
-        "verifier": "lexical",
-        "verifier_base_url": "",
-        "verifier_model": "",
-        "reranker_base_url": "",
-        "reranker_model": "",
-    }
-    return {**data, **overrides}
+    return factories.policy_form(
+        **{
+            "name": policy.name,
+            "kind": policy.kind,
+            "base_url": policy.base_url,
+            "model": policy.model,
+            "sampling": '{"temperature": 0.5}',
+            **overrides,
+        }
+    )
 
 
 @pytest.fixture
