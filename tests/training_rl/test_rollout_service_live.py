@@ -113,27 +113,44 @@ def test_llm_groups_arrive_as_the_worker_finishes_them_with_their_tokens(tmp_pat
             assert "end_search" in "".join(chr(t) for t in sampled if t > 31)
 
 
-def test_a_consumer_killed_before_its_ack_loses_nothing(live_server, tmp_path, demo_benchmark):
+def _served_policy_and_token() -> tuple[PolicyConfig, str]:
+    """A researcher's API token, and an OpenAI-compatible policy for requests to name."""
     researcher = factories.user("rita", Role.RESEARCHER)
     token, _ = Token.objects.get_or_create(user=researcher)
     policy = PolicyConfig.objects.create(
         name="served", kind=PolicyKind.OPENAI, base_url="http://127.0.0.1:8011/v1", model="m"
     )
-    request = request_create(demo_benchmark, policy, groups_wanted=1, lease_s=2)
-    group_play(deliveries(request)[0], [1.0, 0.0])
-    trainer = subprocess.Popen(
+    return policy, token.key
+
+
+def _trainer_start(
+    live_server: Any, token: str, *args: str, stderr: int = subprocess.STDOUT
+) -> subprocess.Popen[bytes]:
+    """examples/external_trainer.py in its own process, talking HTTP to the live server."""
+    return subprocess.Popen(
         [
             sys.executable,
             str(ROOT / "examples" / "external_trainer.py"),
             f"--base-url={live_server.url}",
-            f"--token={token.key}",
-            f"--request={request.pk}",
-            "--step-s=600",  # a training step that is still running when the kill comes
-            "--consumer=doomed",
+            f"--token={token}",
+            *args,
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=stderr,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_a_consumer_killed_before_its_ack_loses_nothing(live_server, tmp_path, demo_benchmark):
+    policy, token = _served_policy_and_token()
+    request = request_create(demo_benchmark, policy, groups_wanted=1, lease_s=2)
+    group_play(deliveries(request)[0], [1.0, 0.0])
+    trainer = _trainer_start(
+        live_server,
+        token,
+        f"--request={request.pk}",
+        "--step-s=600",  # a training step that is still running when the kill comes
+        "--consumer=doomed",
     )
     try:
         assert trainer.stdout is not None
@@ -161,28 +178,18 @@ def test_a_consumer_killed_before_its_ack_loses_nothing(live_server, tmp_path, d
 
 
 def _reference_trainer_run(live_server, demo_benchmark, *extra: str) -> list[dict[str, Any]]:
-    researcher = factories.user("rita", Role.RESEARCHER)
-    token, _ = Token.objects.get_or_create(user=researcher)
-    policy = PolicyConfig.objects.create(
-        name="served", kind=PolicyKind.OPENAI, base_url="http://127.0.0.1:8011/v1", model="m"
-    )
-    trainer = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "external_trainer.py"),
-            f"--base-url={live_server.url}",
-            f"--token={token.key}",
-            f"--benchmark={demo_benchmark.pk}",
-            f"--policy={policy.pk}",
-            "--group-size=2",
-            "--groups=2",
-            "--over-sample=1.5",
-            "--wait-s=1",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
+    policy, token = _served_policy_and_token()
+    trainer = _trainer_start(
+        live_server,
+        token,
+        f"--benchmark={demo_benchmark.pk}",
+        f"--policy={policy.pk}",
+        "--group-size=2",
+        "--groups=2",
+        "--over-sample=1.5",
+        "--wait-s=1",
+        *extra,
         stderr=subprocess.DEVNULL,  # model loading notes; the events are on stdout
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         assert trainer.stdout is not None
@@ -227,28 +234,12 @@ def test_the_reference_trainer_stops_when_too_few_groups_can_be_delivered(
 ):
     # Two groups wanted, one zero-variance: after the other is acked nothing is left, and
     # the trainer must end with the service's reason rather than pull forever.
-    researcher = factories.user("rita", Role.RESEARCHER)
-    token, _ = Token.objects.get_or_create(user=researcher)
-    policy = PolicyConfig.objects.create(
-        name="served", kind=PolicyKind.OPENAI, base_url="http://127.0.0.1:8011/v1", model="m"
-    )
+    policy, token = _served_policy_and_token()
     request = request_create(demo_benchmark, policy, groups_wanted=2)
     varied, flat = deliveries(request)
     group_play(varied, [1.0, 0.0])
     group_play(flat, [0.3, 0.3])
-    trainer = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "external_trainer.py"),
-            f"--base-url={live_server.url}",
-            f"--token={token.key}",
-            f"--request={request.pk}",
-            "--wait-s=0.2",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    trainer = _trainer_start(live_server, token, f"--request={request.pk}", "--wait-s=0.2")
     try:
         out, _ = trainer.communicate(timeout=30)
     finally:
