@@ -22,6 +22,7 @@ from config.env import (
     env_str,
     env_urls,
     parse_database_url,
+    xdist_worker_isolate,
 )
 from harness_app import queues
 
@@ -51,6 +52,8 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # Everything the application writes outside the database: the SQLite file, the embedded
 # broker's queue folders, retrieval indexes, exports.
+# Under pytest-xdist each test process gets its own data folder and broker database.
+TEST_WORKER = xdist_worker_isolate()
 DATA_DIR = env_path("HARNESS_DATA_DIR", BASE_DIR / "var")
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
