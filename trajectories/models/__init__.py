@@ -97,7 +97,7 @@ TERMINATION_REASONS = (*ENDED_REASONS, *FAILED_REASONS, "cancelled")
 
 class EpisodeKind(models.TextChoices):
     """A rollout runs our harness from a batch; a recorded episode is an outside agent's
-    session captured by the recording proxy (trajectories/proxy.py). Recorded episodes
+    session captured by the recording proxy (trajectories/proxy/). Recorded episodes
     have no batch, group or query: the agent, not the workbench, chose the task."""
 
     ROLLOUT = "rollout", "Rollout"

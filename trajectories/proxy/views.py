@@ -83,7 +83,7 @@ def _caller_json(request: HttpRequest, dialect: Dialect) -> Any:
         refusal = dialect.error(411, str(exc), "invalid_request_error")
     except (ValueError, UnicodeDecodeError) as exc:
         refusal = _not_understood(dialect, exc)
-    raise Refused(answered(refusal)) from None
+    raise Refused(answered(refusal))
 
 
 def _not_understood(dialect: Dialect, exc: ValueError | UnicodeDecodeError) -> Answer:
