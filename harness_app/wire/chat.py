@@ -107,6 +107,19 @@ def agent_fingerprint(messages: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def first_choice(chat: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A chat answer's (or chunk's) first choice; {} when it has none."""
+    choices = chat.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return {}
+
+
+def ids_count(ids: Any) -> int:
+    """How many token ids a field of vLLM's answer holds (0 when it holds none)."""
+    return len(ids) if isinstance(ids, list) else 0
+
+
 @dataclass
 class StreamFold:
     """Folds SSE chunks into the response the same call would have got without streaming."""

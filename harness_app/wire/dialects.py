@@ -14,6 +14,7 @@ An answer is an `Answer` (status, bytes, content type), which the web side sends
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -88,14 +89,15 @@ class TranslatedStream:
         return self.translator.error(message)
 
 
-class Dialect:
+class Dialect(ABC):
     """One API: its name as recorded, what its requests are called, and its translations."""
 
     api = ""
     what = ""
 
+    @abstractmethod
     def to_chat(self, body: Any) -> dict[str, Any]:
-        raise NotImplementedError
+        """The request as the chat request vLLM gets; ProtocolError names a bad field."""
 
     def error(self, status: int, message: str, kind: str, param: str | None = None) -> Answer:
         return Answer(status, orjson.dumps(error_body(self.api, status, message, kind, param)))
@@ -109,13 +111,15 @@ class Dialect:
         """An upstream answer that is not JSON: nothing to translate."""
         return self.error(502, "the model server answered with no JSON", "api_error")
 
+    @abstractmethod
     def whole(
         self, payload: dict[str, Any], raw: bytes, *, asked: Asked, caller: Mapping[str, Any]
     ) -> Answer:
-        raise NotImplementedError
+        """The upstream's whole answer (`payload` decoded, `raw` as sent) in this API."""
 
+    @abstractmethod
     def stream(self, caller: Mapping[str, Any], asked: Asked) -> EventStream:
-        raise NotImplementedError
+        """This API's events for one streamed answer."""
 
 
 class ChatDialect(Dialect):

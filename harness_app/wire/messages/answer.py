@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from harness_app.wire.chat import first_choice, ids_count
 from harness_app.wire.errors import MESSAGES_API, error_body, error_message
 
 # --- whole response ------------------------------------------------------------------------
@@ -30,7 +31,7 @@ def messages_response_from_chat(chat: Mapping[str, Any], *, model: str) -> dict[
     """A whole chat.completion (as vLLM answers it, possibly still carrying prompt_token_ids /
     choices[0].token_ids / logprobs) -> an Anthropic `message` object. Never leaks token ids
     or logprobs."""
-    choice = _first_choice(chat)
+    choice = first_choice(chat)
     message = choice.get("message") or {}
     msg_id = _message_id(chat.get("id"))
     content: list[dict[str, Any]] = []
@@ -55,8 +56,8 @@ def messages_response_from_chat(chat: Mapping[str, Any], *, model: str) -> dict[
         choice.get("finish_reason"), choice.get("stop_reason"), bool(calls)
     )
     counts = _usage(
-        usage.get("prompt_tokens") or _count(chat.get("prompt_token_ids")),
-        usage.get("completion_tokens") or _count(choice.get("token_ids")),
+        usage.get("prompt_tokens") or ids_count(chat.get("prompt_token_ids")),
+        usage.get("completion_tokens") or ids_count(choice.get("token_ids")),
     )
     message = _message(msg_id, model, content, counts)
     return message | {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
@@ -74,17 +75,6 @@ def _message(msg_id: str, model: str, content: list[Any], usage: dict[str, int])
         "stop_sequence": None,
         "usage": usage,
     }
-
-
-def _count(ids: Any) -> int:
-    return len(ids) if isinstance(ids, list) else 0
-
-
-def _first_choice(chat: Mapping[str, Any]) -> Mapping[str, Any]:
-    choices = chat.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return choices[0]
-    return {}
 
 
 def _message_id(chat_id: Any) -> str:
@@ -190,7 +180,7 @@ class MessagesStream:
         if choices and isinstance(choices[0], dict):
             choice = choices[0]
             self._feed_delta(choice.get("delta") or {}, out)
-            self.output_tokens += _count(choice.get("token_ids"))
+            self.output_tokens += ids_count(choice.get("token_ids"))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
                 self.matched = choice.get("stop_reason")
@@ -201,7 +191,9 @@ class MessagesStream:
         self.started = True
         self.msg_id = _message_id(chunk.get("id"))
         usage = chunk.get("usage") or {}
-        self.input_tokens = _count(chunk.get("prompt_token_ids")) or usage.get("prompt_tokens") or 0
+        self.input_tokens = (
+            ids_count(chunk.get("prompt_token_ids")) or usage.get("prompt_tokens") or 0
+        )
         message = _message(self.msg_id, self.model, [], _usage(self.input_tokens, 0))
         return _event("message_start", message=message) + _event("ping")
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from harness_app.wire.chat import first_choice, ids_count
 from harness_app.wire.errors import error_message
 
 # --- whole response ------------------------------------------------------------------------
@@ -33,7 +34,7 @@ def responses_response_from_chat(
     choices[0].token_ids / logprobs) -> a Responses `response` object (request = the caller's
     Responses request, for echoed fields like instructions/tools/custom tool kinds). Never
     leaks token ids or logprobs."""
-    choice = _first_choice(chat)
+    choice = first_choice(chat)
     message = choice.get("message") or {}
     base = _base_id(chat.get("id"))
     custom = _custom_tool_names(request)
@@ -51,8 +52,8 @@ def responses_response_from_chat(
             output.append(_call_item(base, len(output), call_id, name, arguments, custom))
     usage = chat.get("usage") or {}
     counts = _usage(
-        int(usage.get("prompt_tokens") or _count(chat.get("prompt_token_ids"))),
-        int(usage.get("completion_tokens") or _count(choice.get("token_ids"))),
+        int(usage.get("prompt_tokens") or ids_count(chat.get("prompt_token_ids"))),
+        int(usage.get("completion_tokens") or ids_count(choice.get("token_ids"))),
     )
     response = _response(f"resp_{base}", model, request, output, counts)
     response["created_at"] = int(chat.get("created") or response["created_at"])
@@ -186,17 +187,6 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     }
 
 
-def _count(ids: Any) -> int:
-    return len(ids) if isinstance(ids, list) else 0
-
-
-def _first_choice(chat: Mapping[str, Any]) -> Mapping[str, Any]:
-    choices = chat.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return choices[0]
-    return {}
-
-
 def _base_id(chat_id: Any) -> str:
     if isinstance(chat_id, str) and chat_id.isascii() and chat_id.isprintable() and chat_id:
         return chat_id.removeprefix("chatcmpl-").replace('"', "").replace("\\", "")
@@ -265,7 +255,7 @@ class ResponsesStream:
         if choices and isinstance(choices[0], dict):
             choice = choices[0]
             self._feed_delta(choice.get("delta") or {}, out)
-            self.output_tokens += _count(choice.get("token_ids"))
+            self.output_tokens += ids_count(choice.get("token_ids"))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
         return b"".join(out)
@@ -280,7 +270,7 @@ class ResponsesStream:
         self.started = True
         self.base = _base_id(chunk.get("id"))
         self.created_at = int(chunk.get("created") or time.time())
-        self.input_tokens = _count(chunk.get("prompt_token_ids"))
+        self.input_tokens = ids_count(chunk.get("prompt_token_ids"))
         response = self._response(None)
         out.append(self._event("response.created", response=response))
         out.append(self._event("response.in_progress", response=response))
