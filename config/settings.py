@@ -311,7 +311,7 @@ PROXY_TIMEOUT_S = env_int("PROXY_TIMEOUT_S", 600)
 # How long a proxy process trusts a session it found open, sparing each call the lookup; a
 # session revoked or closed in another process still works here for up to this long.
 PROXY_AUTH_CACHE_S = env_float("PROXY_AUTH_CACHE_S", 1.0)
-# Per key and per web process (trajectories/proxy_limits.py); 0 means no limit. Over either,
+# Per key and per web process (trajectories/proxy/limits.py); 0 means no limit. Over either,
 # a call gets 429 with Retry-After in its own API's error shape.
 PROXY_MAX_CONCURRENT_CALLS_PER_KEY = env_int("PROXY_MAX_CONCURRENT_CALLS_PER_KEY", 4)
 PROXY_MAX_CALLS_PER_MINUTE_PER_KEY = env_int("PROXY_MAX_CALLS_PER_MINUTE_PER_KEY", 600)
