@@ -1,5 +1,5 @@
 """Fixtures for the SFT job tests: a done export of approved teacher episodes and the fake
-trainer that stands in for training/sft_train.py (the weights stand-in, the fake model
+trainer that stands in for training/sft/train.py (the weights stand-in, the fake model
 server and the policy behind it are shared: tests/conftest.py)."""
 
 from __future__ import annotations

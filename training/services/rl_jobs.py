@@ -23,7 +23,6 @@ a retried step serves the weights it saved.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import time
 from collections.abc import Mapping
@@ -38,8 +37,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
 from harness_app.harness.llm.reconstruct import strategy_clean
-from harness_app.models import Benchmark, PolicyConfig, PolicyKind, ToolCallFormat
-from harness_app.policy_hosts import model_server_urls, policy_base_url
+from harness_app.models import Benchmark, PolicyConfig, ToolCallFormat
 from training.models import (
     RL_JOB_FINISHED,
     PolicyVersion,
@@ -55,7 +53,12 @@ from training.rl import publish
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
-from training.services.policies import adapter_policy, base_model_dir_problem
+from training.services.jobs import (
+    policy_adapter_ensure_served,
+    policy_adapter_serve,
+    trainable_setup_check,
+)
+from training.services.policies import adapter_policy
 from training.services.rl_job_settings import (
     LORA_TARGETS_DEFAULT,
     MAX_GROUP_SIZE,
@@ -68,7 +71,6 @@ from training.services.rl_job_settings import (
 )
 from training.services.rl_step_metrics import build_metrics, rollout_metrics
 from trajectories.models import BatchStatus, Episode
-from trajectories.rollout import model_server_api_key
 from trajectories.services import rollouts
 
 log = logging.getLogger(__name__)
@@ -92,21 +94,14 @@ __all__ = [
 
 
 def _check_trainable_setup(base_policy: PolicyConfig, base_model_dir: str) -> None:
-    if base_policy.kind != PolicyKind.OPENAI:
-        raise RLJobError(
-            f"base_policy {base_policy.name!r} is the {base_policy.get_kind_display()}; RL "
-            "samples from an OpenAI-compatible (vLLM) policy, whose adapters it then serves",
-            field="base_policy",
-        )
-    problem = base_model_dir_problem(base_model_dir)
-    if problem:
-        raise RLJobError(problem, field="base_model_dir")
-    missing = [p for p in TRAIN_PACKAGES if importlib.util.find_spec(p) is None]
-    if missing:
-        raise RLJobError(
-            f"the trainer needs {', '.join(missing)}: install the 'train' extra "
-            "(pip install -e '.[train]')"
-        )
+    trainable_setup_check(
+        base_policy,
+        base_model_dir,
+        packages=TRAIN_PACKAGES,
+        why_vllm="RL samples from an OpenAI-compatible (vLLM) policy, whose adapters it "
+        "then serves",
+        error=RLJobError,
+    )
 
 
 # --- create and cancel ---------------------------------------------------------------------
@@ -290,12 +285,8 @@ def _step_start(job: RLJob, *, index: int) -> RLStep:
     if version.adapter_path:
         # A restarted vLLM forgets runtime adapters: serve it again (on every replica)
         # before sampling.
-        base_url = _base_url(job)
-        publish.adapters_ensure_served(
-            model_server_urls(base_url),
-            name=version.policy.model,
-            path=Path(version.adapter_path),
-            api_key=model_server_api_key(base_url),
+        policy_adapter_ensure_served(
+            job.base_policy, name=version.policy.model, path=Path(version.adapter_path)
         )
     with transaction.atomic():
         try:
@@ -341,10 +332,6 @@ def _rollout_finished(job: RLJob, step: RLStep) -> bool:
     return True
 
 
-def _base_url(job: RLJob) -> str:
-    return policy_base_url(job.base_policy)
-
-
 def _step_train(job: RLJob, step: RLStep) -> float | None:
     """Build, train, save and publish; then record the step and the new version."""
     RLStep.objects.filter(pk=step.pk).update(status=RLStepStatus.TRAINING)
@@ -375,14 +362,8 @@ def _step_train(job: RLJob, step: RLStep) -> float | None:
     trained = _train(job, step, trainer_version, build, timings)
     metrics.update(trained.metrics)
     started = time.perf_counter()
-    base_url = _base_url(job)
     # Every replica serves the new version, or the step fails naming the one that refused.
-    publish.adapters_serve(
-        model_server_urls(base_url),
-        name=trained.model_name,
-        path=trained.adapter_dir,
-        api_key=model_server_api_key(base_url),
-    )
+    policy_adapter_serve(job.base_policy, name=trained.model_name, path=trained.adapter_dir)
     timings["publish_s"] = time.perf_counter() - started
     timings["train_end"] = time.time()
     return _step_record(job, step, metrics=metrics, timings=timings, produced=trained)

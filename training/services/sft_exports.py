@@ -29,7 +29,6 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
 from harness_app.harness.llm.reconstruct import strategy_clean
-from training import sft
 from training.models import (
     ExportFormat,
     ExportStatus,
@@ -37,6 +36,7 @@ from training.models import (
     SFTExport,
     SFTExportEpisode,
 )
+from training.sft import records as sft
 from trajectories.episode_filters import (
     EpisodeFilterError,
     FilterClause,

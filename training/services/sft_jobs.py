@@ -2,7 +2,7 @@
 
 A job is created queued (`sft_job_create` checks the export, the base policy, the weights
 and the settings) and run by one `sft_job_run_task` on the training queue. The run calls
-the trainer (training/sft_train.py, imported only there, so the web process never loads
+the trainer (training/sft/train.py, imported only there, so the web process never loads
 torch), which reports each logged step through a callback (written to the row at most
 once a second) and polls the row's `cancel_requested` each step. A completed run's adapter
 is loaded into the base policy's vLLM server as model `sft-job-<pk>`, and a policy of that
@@ -21,7 +21,6 @@ stop at its next step, its outcome unwritten.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import time
 from collections.abc import Collection
@@ -36,8 +35,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
-from harness_app.models import PolicyConfig, PolicyKind
-from harness_app.policy_hosts import model_server_urls, policy_base_url
+from harness_app.models import PolicyConfig
 from training.models import (
     SFT_JOB_FINISHED,
     ExportStatus,
@@ -46,9 +44,13 @@ from training.models import (
     SFTJobStatus,
 )
 from training.rl import publish
-from training.services.policies import adapter_policy, base_model_dir_problem
+from training.services.jobs import (
+    policy_adapter_ensure_served,
+    policy_adapter_serve,
+    trainable_setup_check,
+)
+from training.services.policies import adapter_policy
 from training.services.sft_job_settings import SFTJobError, SFTJobSettings, sft_settings_from
-from trajectories.rollout import model_server_api_key
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +72,9 @@ __all__ = [
 
 
 def trainer_module() -> ModuleType:
-    """training.sft_train, imported on first use by the training worker only (it imports
+    """training.sft.train, imported on first use by the training worker only (it imports
     torch). Tests replace this function to run jobs without a model."""
-    return importlib.import_module("training.sft_train")
+    return importlib.import_module("training.sft.train")
 
 
 def served_model_name(job: SFTJob) -> str:
@@ -95,21 +97,13 @@ def _check_export(export: SFTExport) -> None:
 
 
 def _check_setup(base_policy: PolicyConfig, base_model_dir: str) -> None:
-    if base_policy.kind != PolicyKind.OPENAI:
-        raise SFTJobError(
-            f"base_policy {base_policy.name!r} is the {base_policy.get_kind_display()}; the "
-            "adapter is served by an OpenAI-compatible (vLLM) policy's server",
-            field="base_policy",
-        )
-    problem = base_model_dir_problem(base_model_dir)
-    if problem:
-        raise SFTJobError(problem, field="base_model_dir")
-    missing = [p for p in TRAIN_PACKAGES if importlib.util.find_spec(p) is None]
-    if missing:
-        raise SFTJobError(
-            f"the trainer needs {', '.join(missing)}: install the 'train' extra "
-            "(pip install -e '.[train]')"
-        )
+    trainable_setup_check(
+        base_policy,
+        base_model_dir,
+        packages=TRAIN_PACKAGES,
+        why_vllm="the adapter is served by an OpenAI-compatible (vLLM) policy's server",
+        error=SFTJobError,
+    )
 
 
 @transaction.atomic
@@ -373,21 +367,11 @@ def _job_settings(job: SFTJob) -> SFTJobSettings:
     return SFTJobSettings(**{name: getattr(job, name) for name in fields})
 
 
-def _base_url(job: SFTJob) -> str:
-    return policy_base_url(job.base_policy)
-
-
 def _publish(job: SFTJob) -> None:
     """Serve the adapter from the base policy's server, write its policy (the base
     policy's settings, the adapter's model name) and mark the job completed."""
-    base_url = _base_url(job)
     name = served_model_name(job)
-    publish.adapters_serve(
-        model_server_urls(base_url),
-        name=name,
-        path=Path(job.adapter_path),
-        api_key=model_server_api_key(base_url),
-    )
+    policy_adapter_serve(job.base_policy, name=name, path=Path(job.adapter_path))
     with transaction.atomic():
         policy = adapter_policy(job.base_policy, name=name, model=name)
         SFTJob.objects.filter(pk=job.pk).update(
@@ -413,11 +397,6 @@ def sft_job_ensure_served(*, job: SFTJob) -> bool:
     runtime adapters); True when it had to be loaded. Raises PublishError."""
     if job.policy is None or not job.adapter_path:
         raise SFTJobError(f"SFT job {job.pk} has no published adapter")
-    base_url = _base_url(job)
-    loaded = publish.adapters_ensure_served(
-        model_server_urls(base_url),
-        name=job.policy.model,
-        path=Path(job.adapter_path),
-        api_key=model_server_api_key(base_url),
+    return policy_adapter_ensure_served(
+        job.base_policy, name=job.policy.model, path=Path(job.adapter_path)
     )
-    return bool(loaded)
