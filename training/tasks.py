@@ -40,12 +40,12 @@ def sft_job_run_task(job_id: int) -> str:
 
 @worker_ready.connect
 def _recover_on_start(**_: Any) -> None:
-    """SFT exports and jobs left running by a worker that died fail with the reason. RL
-    jobs are not swept here: between two steps a job is running with no task in hand,
-    and each step is acked late, so the broker redelivers it."""
+    """SFT exports left running by a worker that died fail with the reason. SFT jobs are
+    recovered by the job kernel's one handler (harness_app/tasks.py, jobs.recover). RL
+    jobs are not swept: between two steps a job is running with no task in hand, and each
+    step is acked late, so the broker redelivers it."""
     try:
         in_hand = queues.tasks_in_hand()
         sft_exports.sft_exports_recover(in_hand=in_hand)
-        sft_jobs.sft_jobs_recover(in_hand=in_hand)
     except Exception:  # a worker must start even if the database or broker is not there
         log.exception("could not recover the SFT work of dead workers at worker start")

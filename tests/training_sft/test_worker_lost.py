@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness_app import queues
+from harness_app import jobs, queues
 from tests.training_sft.jobs import job_create
 from training.models import ExportStatus, SFTExport, SFTJob, SFTJobStatus
 from training.services.sft_exports import export_path, sft_exports_recover
-from training.services.sft_jobs import sft_jobs_recover
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +40,8 @@ def test_an_sft_job_whose_worker_died_fails_with_the_reason(
     held = job_create(export, llm_policy, weights_dir)
     SFTJob.objects.filter(pk__in=[lost.pk, held.pk]).update(status=SFTJobStatus.RUNNING)
 
-    assert sft_jobs_recover(in_hand={(queues.SFT_JOB_RUN, (held.pk,))}) == 1
+    counts = jobs.recover(in_hand={(queues.SFT_JOB_RUN, (held.pk,))})
+    assert counts["training.SFTJob"] == 1
     lost.refresh_from_db()
     held.refresh_from_db()
     assert lost.status == SFTJobStatus.FAILED and lost.finished_at is not None

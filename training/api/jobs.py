@@ -1,21 +1,22 @@
 """What the SFT and RL job endpoints share: researchers create and cancel, everyone with a
 role reads; a create's input checked by its serializer for types and by the service for the
-rest, whose TrainingJobError answers 400 on the field it names; the job's state errors."""
+rest, whose TrainingJobError answers 400 on the field it names, and a job whose task the
+broker did not take 503 with the reason; the job's state errors."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar, TypeVar
 
-from django.db import models
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from harness_app.api import ResearcherWrites
+from harness_app.api import ResearcherWrites, not_queued
+from training.models import TrainingJob
 from training.services.jobs import TrainingJobError
 
-Job = TypeVar("Job", bound=models.Model)
+Job = TypeVar("Job", bound=TrainingJob)
 
 
 class ServerRefused(APIException):
@@ -57,7 +58,8 @@ class TrainingJobViewSet(
             job = self.job_create(request, dict(form.validated_data))
         except TrainingJobError as exc:
             raise ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None
-        return Response(self.output_serializer(job).data, status=status.HTTP_201_CREATED)
+        body = self.output_serializer(job).data
+        return not_queued(job, body) or Response(body, status=status.HTTP_201_CREATED)
 
     def cancelled(self) -> Response:
         job = self.get_object()

@@ -13,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from harness_app.api import request_user
+from harness_app.api import NOT_QUEUED_ANSWER, request_user
 from harness_app.models import Benchmark, PolicyConfig
 from harness_app.serializers import RowIdField
 from training import selectors
@@ -214,7 +214,10 @@ class RLJobViewSet(TrainingJobViewSet[RLJob]):
             )
         return queryset
 
-    @extend_schema(request=RLJobCreateSerializer, responses={201: RLJobSerializer})
+    @extend_schema(
+        request=RLJobCreateSerializer,
+        responses={201: RLJobSerializer, 503: NOT_QUEUED_ANSWER},
+    )
     def create(self, request: Request) -> Response:
         """Check and queue the job; its steps run on the training queue."""
         return self.created(request)

@@ -13,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from harness_app.api import request_user
+from harness_app.api import NOT_QUEUED_ANSWER, not_queued, request_user
 from harness_app.models import PolicyConfig
 from harness_app.serializers import RowIdField
 from training import selectors
@@ -139,7 +139,10 @@ class SFTJobViewSet(TrainingJobViewSet[SFTJob]):
     def get_queryset(self) -> QuerySet[SFTJob]:
         return selectors.sft_jobs_queryset()
 
-    @extend_schema(request=SFTJobCreateSerializer, responses={201: SFTJobSerializer})
+    @extend_schema(
+        request=SFTJobCreateSerializer,
+        responses={201: SFTJobSerializer, 503: NOT_QUEUED_ANSWER},
+    )
     def create(self, request: Request) -> Response:
         """Check and queue the job; it trains on the training queue."""
         return self.created(request)
@@ -171,6 +174,7 @@ class SFTJobViewSet(TrainingJobViewSet[SFTJob]):
             409: OpenApiResponse(
                 description="the job is not cancelled or failed with a checkpoint"
             ),
+            503: NOT_QUEUED_ANSWER,
         },
     )
     @action(detail=True, methods=["post"])
@@ -181,7 +185,8 @@ class SFTJobViewSet(TrainingJobViewSet[SFTJob]):
             job = sft_jobs.sft_job_resume(job=job)
         except sft_jobs.SFTJobError as exc:
             raise JobStateConflict(str(exc)) from None
-        return self.answer(job)
+        body = SFTJobSerializer(job).data
+        return not_queued(job, body) or Response(body)
 
     @extend_schema(
         request=None,

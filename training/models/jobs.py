@@ -1,13 +1,15 @@
-"""What every training job's row shares (SFT jobs and RL jobs): the status and its times,
-the owner, the error, the base weights and the LoRA shape, and how model calls become
-training data (`Reconstruction`, which exports and the rollout service use too)."""
+"""What every training job's row shares (SFT jobs and RL jobs): the job kernel's row
+(harness_app/jobs.py: status, owner, times, error, attempt) with the training statuses, the
+base weights and the LoRA shape; and how model calls become training data
+(`Reconstruction`, which exports and the rollout service use too)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from django.conf import settings
 from django.db import models
+
+from harness_app.jobs import Job
 
 
 class Reconstruction(models.TextChoices):
@@ -28,7 +30,7 @@ class JobStatus(models.TextChoices):
 JOB_FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
-class TrainingJob(models.Model):
+class TrainingJob(Job):
     """A LoRA adapter trained on `base_model_dir`, the weights the vLLM server behind the
     job's base policy serves, and published to that server. Each kind adds its base
     policy (its own reverse name), its settings and its progress."""
@@ -42,13 +44,9 @@ class TrainingJob(models.Model):
         null=True, blank=True, help_text="blank: on for CUDA, off on the CPU"
     )
     status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.QUEUED)
-    error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+
+    DONE = JobStatus.COMPLETED
+    FINISHED = JOB_FINISHED
 
     class Meta:
         abstract = True
@@ -56,12 +54,3 @@ class TrainingJob(models.Model):
 
     def __str__(self) -> str:
         return self.name or f"{self.kind_label} {self.pk}"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in JOB_FINISHED
-
-    @property
-    def progress(self) -> float:
-        """0 to 1."""
-        raise NotImplementedError

@@ -36,6 +36,8 @@ class RLJob(TrainingJob):
     `base_policy` serves, so the sampler's and the trainer's logprobs agree."""
 
     kind_label = "RL job"
+    # No TASK: between two steps a running job has no task in hand (its next piece is
+    # scheduled, acked late), so the kernel's recovery leaves RL jobs alone.
 
     benchmark = models.ForeignKey("harness_app.Benchmark", on_delete=models.PROTECT)
     base_policy = models.ForeignKey(

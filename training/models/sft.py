@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from harness_app import queues
 from training.models.jobs import JobStatus, Reconstruction, TrainingJob
 
 
@@ -93,6 +94,9 @@ class SFTJob(TrainingJob):
     becomes `policy`, which rollouts and RL jobs (`warm_start`) can use."""
 
     kind_label = "SFT job"
+    # One task trains the whole job; a running job whose task no live worker holds lost
+    # its worker (training/services/sft_jobs.py says what recovery does with it).
+    TASK = queues.SFT_JOB_RUN
 
     export = models.ForeignKey(SFTExport, on_delete=models.PROTECT, related_name="sft_jobs")
     base_policy = models.ForeignKey(
@@ -116,9 +120,6 @@ class SFTJob(TrainingJob):
     save_steps = models.PositiveIntegerField(default=50, help_text="a checkpoint every N steps")
     eval_steps = models.PositiveIntegerField(default=10, help_text="the eval loss every N steps")
     cancel_requested = models.BooleanField(default=False)
-    attempt = models.PositiveIntegerField(
-        default=0, help_text="runs started; only the newest run's writes land"
-    )
     step = models.PositiveIntegerField(default=0, help_text="optimiser steps done")
     total_steps = models.PositiveIntegerField(default=0)
     history = models.JSONField(

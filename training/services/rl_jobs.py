@@ -33,16 +33,14 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.harness.llm.reconstruct import strategy_clean
 from harness_app.models import Benchmark, PolicyConfig, ToolCallFormat
 from training.models import (
-    RL_JOB_FINISHED,
+    JobStatus,
     PolicyVersion,
     RLJob,
-    RLJobStatus,
     RLMode,
     RLStep,
     RLStepStatus,
@@ -172,17 +170,8 @@ def rl_job_create(
         adapter_path=warm_start.adapter_path if warm_start is not None else "",
     )
     if enqueue:
-        job_id = job.pk
-        transaction.on_commit(lambda: rl_job_enqueue(job_id=job_id))
+        jobs.enqueue(job, queues.RL_JOB_ADVANCE)
     return job
-
-
-def rl_job_enqueue(*, job_id: int, countdown: float = 0.0) -> None:
-    try:
-        queues.enqueue(queues.RL_JOB_ADVANCE, job_id, countdown=countdown)
-    except KombuOperationalError as exc:
-        # Never run training inline when the broker is down: fail the job loudly instead.
-        _job_fail(job_id, f"the task broker is unreachable: {exc}")
 
 
 @transaction.atomic
@@ -191,7 +180,7 @@ def rl_job_cancel(*, job: RLJob) -> bool:
     job = RLJob.objects.select_for_update().get(pk=job.pk)
     if job.is_finished:
         return False
-    RLJob.objects.filter(pk=job.pk).update(status=RLJobStatus.CANCELLED, finished_at=timezone.now())
+    jobs.finish(job, JobStatus.CANCELLED, running_only=False)
     _batches_cancel(job.pk)
     return True
 
@@ -205,18 +194,15 @@ def _batches_cancel(job_id: int) -> None:
         rollouts.batch_cancel(batch=step.batch)
 
 
-def _job_fail(job_id: int, error: str, *, step: RLStep | None = None) -> None:
-    now = timezone.now()
+def _job_fail(job: RLJob, error: str, *, step: RLStep | None = None) -> None:
     with transaction.atomic():
         if step is not None:
             RLStep.objects.filter(pk=step.pk).update(
-                status=RLStepStatus.FAILED, error=error, finished_at=now
+                status=RLStepStatus.FAILED, error=error, finished_at=timezone.now()
             )
-        RLJob.objects.filter(pk=job_id).exclude(status__in=RL_JOB_FINISHED).update(
-            status=RLJobStatus.FAILED, error=error, finished_at=now
-        )
-        _batches_cancel(job_id)
-    log.warning("RL job %s failed: %s", job_id, error)
+        jobs.fail(job, error)
+        _batches_cancel(job.pk)
+    log.warning("RL job %s failed: %s", job.pk, error)
 
 
 # --- advance -------------------------------------------------------------------------------
@@ -228,10 +214,8 @@ def rl_job_advance(*, job_id: int) -> float | None:
     job = RLJob.objects.select_related("benchmark", "base_policy").filter(pk=job_id).first()
     if job is None or job.is_finished:
         return None
-    if job.status == RLJobStatus.QUEUED:
-        RLJob.objects.filter(pk=job.pk, status=RLJobStatus.QUEUED).update(
-            status=RLJobStatus.RUNNING, started_at=timezone.now()
-        )
+    if job.status == JobStatus.QUEUED:
+        jobs.claim(RLJob, job.pk)
     step = (
         job.step_rows.filter(index=job.steps_done)
         .select_related("batch", "version__policy")
@@ -245,7 +229,7 @@ def rl_job_advance(*, job_id: int) -> float | None:
             return settings.RL_POLL_S
         return _step_train(job, step)
     except (RLJobError, publish.PublishError) as exc:
-        _job_fail(job.pk, str(exc), step=step)
+        _job_fail(job, str(exc), step=step)
         return None
     except DatabaseError:
         raise  # the task retries: the database, not the job, is at fault
@@ -253,7 +237,7 @@ def rl_job_advance(*, job_id: int) -> float | None:
         # A trainer crash (out of memory, a model the weights do not fit) would crash
         # again on every retry: stop the job and say what happened.
         log.exception("RL job %s: step failed", job.pk)
-        _job_fail(job.pk, f"{type(exc).__name__}: {exc}", step=step)
+        _job_fail(job, f"{type(exc).__name__}: {exc}", step=step)
         return None
 
 
@@ -263,7 +247,12 @@ def rl_job_tick(*, job_id: int) -> str:
     wait = rl_job_advance(job_id=job_id)
     if wait is None:
         return "finished"
-    rl_job_enqueue(job_id=job_id, countdown=wait)
+    job = RLJob.objects.get(pk=job_id)
+    if not jobs.send_now(
+        job, lambda: queues.enqueue(queues.RL_JOB_ADVANCE, job_id, countdown=wait)
+    ):
+        _batches_cancel(job_id)  # failed with the reason: the broker is down
+        return "not queued"
     return f"next in {wait:.1f}s"
 
 
@@ -491,11 +480,10 @@ def _step_record(
         finished_at=timezone.now(),
     )
     finished = done >= job.steps
-    RLJob.objects.filter(pk=job.pk).update(
-        steps_done=done,
-        status=RLJobStatus.COMPLETED if finished else RLJobStatus.RUNNING,
-        finished_at=timezone.now() if finished else None,
-    )
+    if finished:
+        jobs.finish(locked, steps_done=done)
+    else:
+        RLJob.objects.filter(pk=job.pk).update(steps_done=done)
     if produced is not None:
         trainer, key = produced.trainer, (job.pk, produced.number)
         transaction.on_commit(lambda: _trainer_keep(key, trainer))

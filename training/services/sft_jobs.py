@@ -12,10 +12,13 @@ jobs (`RLJob.warm_start`) to use.
 Cancelling a running job asks the trainer to stop: it saves a checkpoint and returns, and
 the job is cancelled with that checkpoint, from which `sft_job_resume` goes on. A worker
 that dies mid-run leaves the job running; the redelivered task resumes it from the newest
-checkpoint the trainer saved (every save_steps), or from the start. Each run claims the
-job with a new `attempt` number and writes only while it is the newest: a broker that
-redelivers a task still running (Redis after its visibility timeout) makes the older run
-stop at its next step, its outcome unwritten.
+checkpoint the trainer saved (every save_steps), or from the start, and a worker that
+starts while no live worker holds the task fails it, saying so (the job kernel's recovery,
+harness_app/jobs.py). Each run claims the job (the kernel's `claim`: a new `attempt`
+number) and writes only while it is the newest: a broker that redelivers a task still
+running (Redis after its visibility timeout) makes the older run stop at its next step,
+its outcome unwritten. The job is sent, finished and failed through the kernel, so a
+broker that is down fails it with the reason, and a finished job sends `finished`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from __future__ import annotations
 import importlib
 import logging
 import time
-from collections.abc import Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,17 +34,10 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.models import PolicyConfig
-from training.models import (
-    SFT_JOB_FINISHED,
-    ExportStatus,
-    SFTExport,
-    SFTJob,
-    SFTJobStatus,
-)
+from training.models import ExportStatus, JobStatus, SFTExport, SFTJob
 from training.rl import publish
 from training.services.jobs import (
     policy_adapter_ensure_served,
@@ -132,17 +127,8 @@ def sft_job_create(
     job.output_dir = str(settings.DATA_DIR / "sft" / f"job-{job.pk}")
     job.save(update_fields=["output_dir"])
     if enqueue:
-        job_id = job.pk
-        transaction.on_commit(lambda: sft_job_enqueue(job_id=job_id))
+        jobs.enqueue(job, queues.SFT_JOB_RUN)
     return job
-
-
-def sft_job_enqueue(*, job_id: int) -> None:
-    try:
-        queues.enqueue(queues.SFT_JOB_RUN, job_id)
-    except KombuOperationalError as exc:
-        # Never train inline when the broker is down: fail the job loudly instead.
-        _job_fail(job_id, f"the task broker is unreachable: {exc}")
 
 
 @transaction.atomic
@@ -152,10 +138,8 @@ def sft_job_cancel(*, job: SFTJob) -> bool:
     locked = SFTJob.objects.select_for_update().get(pk=job.pk)
     if locked.is_finished:
         return False
-    if locked.status == SFTJobStatus.QUEUED:
-        SFTJob.objects.filter(pk=job.pk).update(
-            status=SFTJobStatus.CANCELLED, finished_at=timezone.now()
-        )
+    if locked.status == JobStatus.QUEUED:
+        jobs.finish(locked, JobStatus.CANCELLED, running_only=False)
     else:
         SFTJob.objects.filter(pk=job.pk).update(cancel_requested=True)
     return True
@@ -167,61 +151,40 @@ def sft_job_resume(*, job: SFTJob, enqueue: bool = True) -> SFTJob:
     locked = SFTJob.objects.select_for_update().get(pk=job.pk)
     if not locked.can_resume:
         raise SFTJobError(_why_not_resumable(locked))
-    locked.status = SFTJobStatus.QUEUED
+    locked.status = JobStatus.QUEUED
     locked.cancel_requested = False
     locked.error = ""
     locked.finished_at = None
     locked.save(update_fields=["status", "cancel_requested", "error", "finished_at"])
     if enqueue:
-        job_id = locked.pk
-        transaction.on_commit(lambda: sft_job_enqueue(job_id=job_id))
+        jobs.enqueue(locked, queues.SFT_JOB_RUN)
     return locked
 
 
 def _why_not_resumable(job: SFTJob) -> str:
-    if job.status == SFTJobStatus.FAILED and job.adapter_path:
+    if job.status == JobStatus.FAILED and job.adapter_path:
         return f"SFT job {job.pk} finished training: publish its adapter instead of resuming"
-    stopped = job.status in (SFTJobStatus.CANCELLED, SFTJobStatus.FAILED)
+    stopped = job.status in (JobStatus.CANCELLED, JobStatus.FAILED)
     why = "has no checkpoint" if stopped else f"is {job.status}"
     return f"SFT job {job.pk} {why}: only a cancelled or failed job with a checkpoint resumes"
 
 
-def _job_fail(job_id: int, error: str, *, attempt: int | None = None) -> None:
-    rows = SFTJob.objects.filter(pk=job_id).exclude(status__in=SFT_JOB_FINISHED)
-    if attempt is not None:
-        rows = rows.filter(attempt=attempt)
-    rows.update(status=SFTJobStatus.FAILED, error=error, finished_at=timezone.now())
-    log.warning("SFT job %s failed: %s", job_id, error)
+def _run_fail(job: SFTJob, error: str) -> None:
+    """Fail the job while `job`'s run is the newest (a newer run owns it otherwise)."""
+    if _this_run(job).exists():
+        jobs.fail(job, error)
+    log.warning("SFT job %s failed: %s", job.pk, error)
 
 
-def sft_jobs_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
-    """SFT jobs marked running whose task no live worker holds (`in_hand`, from
-    queues.tasks_in_hand) lost their worker: each fails, saying so; one with a checkpoint
-    can be resumed (sft_job_resume). Returns how many."""
-    running = SFTJob.objects.filter(status=SFTJobStatus.RUNNING)
-    lost = [job.pk for job in running if (queues.SFT_JOB_RUN, (job.pk,)) not in in_hand]
-    for job_id in lost:
-        _job_fail(job_id, "worker_lost: its worker died mid-training; resume it to go on")
-    return len(lost)
+@jobs.lost(SFTJob)
+def _sft_job_lost(job: SFTJob) -> None:
+    """A running SFT job whose task no live worker holds lost its worker (recovered by
+    jobs.recover at worker start): it fails, saying so; one with a checkpoint can be
+    resumed (sft_job_resume)."""
+    jobs.fail(job, f"{jobs.WORKER_LOST}: its worker died mid-training; resume it to go on")
 
 
 # --- run -----------------------------------------------------------------------------------
-
-
-@transaction.atomic
-def _job_claim(job_id: int) -> tuple[SFTJob, bool] | None:
-    """The job, now running, and whether it was running already (its task redelivered
-    after its worker died); None when it is gone or finished."""
-    job = SFTJob.objects.select_for_update().select_related("base_policy").filter(pk=job_id)
-    claimed = job.first()
-    if claimed is None or claimed.is_finished:
-        return None
-    redelivered = claimed.status == SFTJobStatus.RUNNING
-    claimed.status = SFTJobStatus.RUNNING
-    claimed.attempt += 1
-    claimed.started_at = claimed.started_at or timezone.now()
-    claimed.save(update_fields=["status", "attempt", "started_at"])
-    return claimed, redelivered
 
 
 def _this_run(job: SFTJob) -> QuerySet[SFTJob]:
@@ -290,12 +253,13 @@ def chat_template() -> str | None:
 
 def sft_job_run(*, job_id: int) -> SFTJob | None:
     """The task's work: train, then publish the adapter and record the outcome."""
-    claimed = _job_claim(job_id)
-    if claimed is None:
+    redelivered = SFTJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).exists()
+    job = jobs.claim(SFTJob, job_id)
+    if job is None:
         return None
-    job, redelivered = claimed
-    # A resumed job goes on from its checkpoint; a redelivered one from the newest
-    # checkpoint its dead worker saved, if any (the trainer starts afresh without one).
+    # A resumed job goes on from its checkpoint; a redelivered one (running already: its
+    # worker died, or the broker sent it twice) from the newest checkpoint its earlier run
+    # saved, if any (the trainer starts afresh without one).
     resume = redelivered or bool(job.checkpoint_path)
     trainer = trainer_module()
     refusals = (
@@ -310,14 +274,14 @@ def sft_job_run(*, job_id: int) -> SFTJob | None:
         _train_and_publish(job, trainer, progress, resume=resume)
     except refusals as exc:
         progress.flush()
-        _job_fail(job.pk, str(exc), attempt=job.attempt)
+        _run_fail(job, str(exc))
     except DatabaseError:
         raise  # the database, not the job, is at fault
     except Exception as exc:
         # A crash would crash again on every retry: stop the job and say what happened.
         log.exception("SFT job %s: training failed", job.pk)
         progress.flush()
-        _job_fail(job.pk, f"{type(exc).__name__}: {exc}", attempt=job.attempt)
+        _run_fail(job, f"{type(exc).__name__}: {exc}")
     return SFTJob.objects.filter(pk=job_id).first()
 
 
@@ -345,7 +309,8 @@ def _train_and_publish(
         "checkpoint_path": str(result.checkpoint_dir or job.checkpoint_path),
     }
     if result.status != "completed":
-        _this_run(job).update(status=SFTJobStatus.CANCELLED, finished_at=timezone.now(), **outcome)
+        if _this_run(job).exists():
+            jobs.finish(job, JobStatus.CANCELLED, **outcome)
         return
     # The trained adapter is recorded before it is published, so a refused publish (a
     # server whose --max-lora-rank is below the job's rank, say) loses no training:
@@ -374,9 +339,11 @@ def _publish(job: SFTJob) -> None:
     policy_adapter_serve(job.base_policy, name=name, path=Path(job.adapter_path))
     with transaction.atomic():
         policy = adapter_policy(job.base_policy, name=name, model=name)
-        SFTJob.objects.filter(pk=job.pk).update(
-            status=SFTJobStatus.COMPLETED, policy=policy, error="", finished_at=timezone.now()
-        )
+        if not jobs.finish(job, policy=policy, error=""):
+            # A failed job's adapter published later (sft_job_publish) completes it now.
+            SFTJob.objects.filter(pk=job.pk).update(
+                status=JobStatus.COMPLETED, policy=policy, error="", finished_at=timezone.now()
+            )
 
 
 def sft_job_publish(*, job: SFTJob) -> bool:
@@ -384,9 +351,9 @@ def sft_job_publish(*, job: SFTJob) -> bool:
     (a restarted vLLM drops runtime adapters), or for the first time, completing a job
     whose publish failed. True when the adapter had to be loaded. Raises SFTJobError
     without an adapter, PublishError when the server refuses."""
-    if job.status == SFTJobStatus.COMPLETED and job.policy is not None:
+    if job.status == JobStatus.COMPLETED and job.policy is not None:
         return sft_job_ensure_served(job=job)
-    if job.status != SFTJobStatus.FAILED or not job.adapter_path:
+    if job.status != JobStatus.FAILED or not job.adapter_path:
         raise SFTJobError(f"SFT job {job.pk} is {job.status} without a trained adapter to publish")
     _publish(job)
     return True

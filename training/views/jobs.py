@@ -1,11 +1,11 @@
 """What the RL and SFT job pages share: a row or 404, a list page, and the launch form's
-page (the form, the service's refusal on the field it names, the trainer's missing
-libraries)."""
+page (the form, the service's refusal on the field it names, a job whose task the broker
+did not take, the trainer's missing libraries)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from django import forms
 from django.contrib import messages
@@ -14,17 +14,13 @@ from django.core.paginator import Page
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from harness_app import jobs
 from training import selectors
+from training.models import TrainingJob
 from training.services.jobs import TrainingJobError
 
 Row = TypeVar("Row")
-
-
-class _Created(Protocol):
-    pk: int
-
-
-Job = TypeVar("Job", bound=_Created)
+Job = TypeVar("Job", bound=TrainingJob)
 Form = TypeVar("Form", bound=forms.Form)
 
 
@@ -57,14 +53,18 @@ def launch_page(
     template: str,
 ) -> HttpResponse:
     """The launch form; a valid POST calls `create`, whose TrainingJobError lands on the
-    field it names, else says `queued(job)` and goes to the job's page (`detail`)."""
+    field it names, else says `queued(job)` and goes to the job's page (`detail`). A job
+    whose task the broker did not take (it failed, saying so) is told on the form."""
     if request.method == "POST" and form.is_valid():
         try:
             job = create(form, request_user(request))
         except TrainingJobError as exc:
             form.add_error(exc.field, str(exc))
         else:
-            messages.success(request, queued(job))
-            return redirect(detail, pk=job.pk)
+            reason = jobs.send_error(job)
+            if not reason:
+                messages.success(request, queued(job))
+                return redirect(detail, pk=job.pk)
+            form.add_error(None, f"{job.kind_label} {job.pk} could not start: {reason}")
     context = {"form": form, "missing_libraries": selectors.trainer_libraries_missing()}
     return render(request, template, context)

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from harness_app import jobs
 from harness_app.roles import browse_required, researcher_required
 from training import selectors
 from training.forms import SFTJobLaunchForm
@@ -94,7 +95,11 @@ def sft_job_resume(request: HttpRequest, pk: int) -> HttpResponse:
     except sft_jobs.SFTJobError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"SFT job {job.pk} queued again from its checkpoint.")
+        reason = jobs.send_error(job)
+        if reason:
+            messages.error(request, f"SFT job {job.pk} could not start: {reason}")
+        else:
+            messages.success(request, f"SFT job {job.pk} queued again from its checkpoint.")
     return redirect("sft_job_detail", pk=job.pk)
 
 
