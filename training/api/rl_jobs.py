@@ -7,13 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
-from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.decorators import action
 from rest_framework.request import Request
-from rest_framework.response import Response
 
-from harness_app.api import NOT_QUEUED_ANSWER, request_user
 from harness_app.models import Benchmark, PolicyConfig
 from harness_app.serializers import RowIdField
 from training import selectors
@@ -204,6 +200,8 @@ class RLJobViewSet(TrainingJobViewSet[RLJob]):
     input_serializer = RLJobCreateSerializer
     output_serializer = RLJobSerializer
     detail_serializer = RLJobDetailSerializer
+    create_doc = "Check and queue the job; its steps run on the training queue."
+    cancel_doc = "Stop the job after the piece of work in flight; its running batch is cancelled."
 
     def get_queryset(self) -> QuerySet[RLJob]:
         queryset = selectors.rl_jobs_queryset()
@@ -214,30 +212,13 @@ class RLJobViewSet(TrainingJobViewSet[RLJob]):
             )
         return queryset
 
-    @extend_schema(
-        request=RLJobCreateSerializer,
-        responses={201: RLJobSerializer, 503: NOT_QUEUED_ANSWER},
-    )
-    def create(self, request: Request) -> Response:
-        """Check and queue the job; its steps run on the training queue."""
-        return self.created(request)
-
-    def job_create(self, request: Request, data: dict[str, Any]) -> RLJob:
+    def job_create(self, request: Request, data: dict[str, Any], **common: Any) -> RLJob:
         return rl_jobs.rl_job_create(
             benchmark=data.pop("benchmark"),
-            base_policy=data.pop("base_policy"),
-            base_model_dir=data.pop("base_model_dir"),
-            name=data.pop("name"),
-            job_settings=rl_jobs.job_settings_from(data, given=set(request.data)),
-            created_by=request_user(request),
             warm_start=data.pop("warm_start"),
+            job_settings=rl_jobs.job_settings_from(data, given=set(request.data)),
+            **common,
         )
-
-    @extend_schema(request=None, responses={200: RLJobSerializer})
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str) -> Response:
-        """Stop the job after the piece of work in flight; its running batch is cancelled."""
-        return self.cancelled()
 
     def job_cancel(self, job: RLJob) -> None:
         rl_jobs.rl_job_cancel(job=job)

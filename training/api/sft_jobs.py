@@ -13,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from harness_app.api import NOT_QUEUED_ANSWER, not_queued, request_user
+from harness_app.api import NOT_QUEUED_ANSWER, not_queued
 from harness_app.models import PolicyConfig
 from harness_app.serializers import RowIdField
 from training import selectors
@@ -135,34 +135,19 @@ class SFTJobViewSet(TrainingJobViewSet[SFTJob]):
     input_serializer = SFTJobCreateSerializer
     output_serializer = SFTJobSerializer
     detail_serializer = SFTJobDetailSerializer
+    create_doc = "Check and queue the job; it trains on the training queue."
+    cancel_doc = (
+        "A queued job is cancelled at once; a running one saves a checkpoint at its next\n"
+        "step and stops (`cancel_requested` is true until it has)."
+    )
 
     def get_queryset(self) -> QuerySet[SFTJob]:
         return selectors.sft_jobs_queryset()
 
-    @extend_schema(
-        request=SFTJobCreateSerializer,
-        responses={201: SFTJobSerializer, 503: NOT_QUEUED_ANSWER},
-    )
-    def create(self, request: Request) -> Response:
-        """Check and queue the job; it trains on the training queue."""
-        return self.created(request)
-
-    def job_create(self, request: Request, data: dict[str, Any]) -> SFTJob:
+    def job_create(self, request: Request, data: dict[str, Any], **common: Any) -> SFTJob:
         return sft_jobs.sft_job_create(
-            export=data.pop("export"),
-            base_policy=data.pop("base_policy"),
-            base_model_dir=data.pop("base_model_dir"),
-            name=data.pop("name"),
-            job_settings=sft_jobs.sft_settings_from(data),
-            created_by=request_user(request),
+            export=data.pop("export"), job_settings=sft_jobs.sft_settings_from(data), **common
         )
-
-    @extend_schema(request=None, responses={200: SFTJobSerializer})
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str) -> Response:
-        """A queued job is cancelled at once; a running one saves a checkpoint at its next
-        step and stops (`cancel_requested` is true until it has)."""
-        return self.cancelled()
 
     def job_cancel(self, job: SFTJob) -> None:
         sft_jobs.sft_job_cancel(job=job)
@@ -208,4 +193,4 @@ class SFTJobViewSet(TrainingJobViewSet[SFTJob]):
         except PublishError as exc:
             raise ServerRefused(str(exc)) from None
         job.refresh_from_db()
-        return self.answer(job)
+        return Response(SFTJobSerializer(job).data)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 from harness_app.models import PolicyConfig, PolicyKind
 from harness_app.policy_hosts import model_server_urls, policy_base_url
@@ -25,6 +26,20 @@ class TrainingJobError(ValueError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+def job_row_fields(
+    *, name: str, base_policy: PolicyConfig, base_model_dir: str, created_by: Any
+) -> dict[str, Any]:
+    """The columns every new job's row takes from its request: the weights folder as an
+    absolute path (the worker's current folder may differ), the creator when it is a
+    saved user."""
+    return {
+        "name": name,
+        "base_policy": base_policy,
+        "base_model_dir": str(Path(base_model_dir).resolve()),
+        "created_by": created_by if getattr(created_by, "pk", None) else None,
+    }
 
 
 def trainable_setup_check(

@@ -52,6 +52,7 @@ from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
 from training.services.jobs import (
+    job_row_fields,
     policy_adapter_ensure_served,
     policy_adapter_serve,
     trainable_setup_check,
@@ -154,14 +155,11 @@ def rl_job_create(
         raise RLJobError(
             f"benchmark {benchmark.name!r} has no queries to sample", field="benchmark"
         )
+    row = job_row_fields(
+        name=name, base_policy=base_policy, base_model_dir=base_model_dir, created_by=created_by
+    )
     job = RLJob.objects.create(
-        name=name,
-        benchmark=benchmark,
-        base_policy=base_policy,
-        base_model_dir=str(Path(base_model_dir).resolve()),
-        created_by=created_by if getattr(created_by, "pk", None) else None,
-        warm_start=warm_start,
-        **asdict(job_settings),
+        benchmark=benchmark, warm_start=warm_start, **row, **asdict(job_settings)
     )
     PolicyVersion.objects.create(
         job=job,

@@ -40,6 +40,7 @@ from harness_app.models import PolicyConfig
 from training.models import ExportStatus, JobStatus, SFTExport, SFTJob
 from training.rl import publish
 from training.services.jobs import (
+    job_row_fields,
     policy_adapter_ensure_served,
     policy_adapter_serve,
     trainable_setup_check,
@@ -116,14 +117,10 @@ def sft_job_create(
     _check_export(export)
     _check_setup(base_policy, base_model_dir)
     job_settings.check()
-    job = SFTJob.objects.create(
-        name=name,
-        export=export,
-        base_policy=base_policy,
-        base_model_dir=str(Path(base_model_dir).resolve()),
-        created_by=created_by if getattr(created_by, "pk", None) else None,
-        **job_settings.as_fields(),
+    row = job_row_fields(
+        name=name, base_policy=base_policy, base_model_dir=base_model_dir, created_by=created_by
     )
+    job = SFTJob.objects.create(export=export, **row, **job_settings.as_fields())
     job.output_dir = str(settings.DATA_DIR / "sft" / f"job-{job.pk}")
     job.save(update_fields=["output_dir"])
     if enqueue:
