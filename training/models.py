@@ -7,6 +7,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from harness_app import queues
+from harness_app.jobs import Job
 from trajectories.models import TerminationPolicy
 
 
@@ -29,14 +31,11 @@ class Reconstruction(models.TextChoices):
     PER_REQUEST = "per_request", "Per request: one sequence per call"
 
 
-class SFTExport(models.Model):
+class SFTExport(Job):
     """One export. Once done, its file and rows are never rewritten: a new export is a
     new row and a new file (training/services/sft_exports.py refuses to run a finished one
     again)."""
 
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
     filters = models.JSONField(default=dict, help_text="episode filters, as checked")
     fmt = models.CharField(max_length=10, choices=ExportFormat.choices, default=ExportFormat.CHAT)
     reconstruction = models.CharField(
@@ -53,19 +52,14 @@ class SFTExport(models.Model):
     skipped = models.PositiveIntegerField(default=0, help_text="matched but not exportable")
     manifest = models.JSONField(default=dict)
     file_path = models.CharField(max_length=500, blank=True)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+
+    TASK = queues.SFT_EXPORT
 
     class Meta:
         ordering = ["-created_at", "-pk"]
 
     def __str__(self) -> str:
         return f"SFT export {self.pk} ({self.fmt}, {self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (ExportStatus.DONE, ExportStatus.FAILED)
 
 
 class SFTExportEpisode(models.Model):

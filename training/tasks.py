@@ -11,9 +11,8 @@ import logging
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready
 
-from harness_app import queues
+from harness_app import jobs, queues
 from training.services import rl_jobs, sft_exports, sft_jobs
 
 log = logging.getLogger(__name__)
@@ -38,14 +37,11 @@ def sft_job_run_task(job_id: int) -> str:
     return "gone" if job is None else job.status
 
 
-@worker_ready.connect
-def _recover_on_start(**_: Any) -> None:
-    """SFT exports and jobs left running by a worker that died fail with the reason. RL
-    jobs are not swept here: between two steps a job is running with no task in hand,
-    and each step is acked late, so the broker redelivers it."""
-    try:
-        in_hand = queues.tasks_in_hand()
-        sft_exports.sft_exports_recover(in_hand=in_hand)
-        sft_jobs.sft_jobs_recover(in_hand=in_hand)
-    except Exception:  # a worker must start even if the database or broker is not there
-        log.exception("could not recover the SFT work of dead workers at worker start")
+@jobs.sweeps("training.SFTJob")
+def _sft_jobs_recover(in_hand: Any) -> int:
+    """SFT jobs left running by a worker that died fail with the reason (the job kernel's
+    one start-up handler, harness_app/tasks.py, runs this). SFT exports are a job kind of
+    their own (training/services/sft_exports.py). RL jobs are not swept: between two
+    steps a job is running with no task in hand, and each step is acked late, so the
+    broker redelivers it."""
+    return sft_jobs.sft_jobs_recover(in_hand=in_hand())
