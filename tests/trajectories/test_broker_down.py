@@ -23,18 +23,17 @@ CLOSED_PORT = "redis://127.0.0.1:1/0"  # nothing listens there: connection refus
 
 
 def _broker_at(url: str) -> None:
-    """Point this process's Celery app at `url`, dropping the connections it pooled."""
-    if current_app._pool is not None:
-        current_app._pool.force_close_all()
-        current_app._pool = None
+    """Send this process's tasks to `url`: new pools, so no pooled connection is reused
+    (the old pools are left to whoever holds them)."""
+    current_app._pool = None
     current_app.amqp._producer_pool = None
-    current_app.conf.broker_url = url
+    current_app.conf.broker_write_url = url
 
 
 @pytest.fixture
 def broker_down() -> Iterator[Any]:
     """The broker is down until the test calls the fixture's value to bring it back."""
-    original = current_app.conf.broker_url
+    original = current_app.conf.broker_write_url
     _broker_at(CLOSED_PORT)
     yield lambda: _broker_at(original)
     _broker_at(original)
