@@ -132,13 +132,16 @@ def send_now(job: Job, sender: Callable[[], object]) -> bool:
     return True
 
 
-def send_error(job: Job) -> str:
+def send_error(job: Job, *, reread: bool = True) -> str:
     """Why the job's task was not sent (the broker was down), or "" when it was: what a
-    form, the API (503) and a command (`error:`) tell the caller after creating a job."""
-    row = type(job)._default_manager.filter(pk=job.pk).values("status", "error").first()
-    if row and row["status"] == job.FAILED and row["error"].startswith(NOT_QUEUED):
-        return str(row["error"])
-    return ""
+    form, the API (503) and a command (`error:`) tell the caller after creating a job.
+    The row is read again (the send happened on commit, after the caller loaded it)
+    unless `reread` is off, for a row just loaded (a page showing it)."""
+    status, error = job.status, job.error
+    if reread:
+        row = type(job)._default_manager.filter(pk=job.pk).values_list("status", "error").first()
+        status, error = row if row else ("", "")
+    return error if status == job.FAILED and error.startswith(NOT_QUEUED) else ""
 
 
 # --- the worker's side ---------------------------------------------------------------------

@@ -3,10 +3,10 @@ SFT jobs (a LoRA adapter trained on an export, served by vLLM as a policy)."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
 from harness_app import queues
+from harness_app.jobs import Job
 from training.models.jobs import JobStatus, Reconstruction, TrainingJob
 
 
@@ -22,14 +22,11 @@ class ExportFormat(models.TextChoices):
     TOKENS = "tokens", "Token ids with loss labels"
 
 
-class SFTExport(models.Model):
+class SFTExport(Job):
     """One export. Once done, its file and rows are never rewritten: a new export is a
     new row and a new file (training/services/sft_exports.py refuses to run a finished one
     again)."""
 
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
     filters = models.JSONField(default=dict, help_text="episode filters, as checked")
     fmt = models.CharField(max_length=10, choices=ExportFormat.choices, default=ExportFormat.CHAT)
     reconstruction = models.CharField(
@@ -46,19 +43,14 @@ class SFTExport(models.Model):
     skipped = models.PositiveIntegerField(default=0, help_text="matched but not exportable")
     manifest = models.JSONField(default=dict)
     file_path = models.CharField(max_length=500, blank=True)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+
+    TASK = queues.SFT_EXPORT
 
     class Meta:
         ordering = ["-created_at", "-pk"]
 
     def __str__(self) -> str:
         return f"SFT export {self.pk} ({self.fmt}, {self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (ExportStatus.DONE, ExportStatus.FAILED)
 
 
 class SFTExportEpisode(models.Model):

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypedDict
 
 from django.conf import settings
@@ -19,7 +20,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.harness import jsondelta
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.llm.client import ModelCallRecord
@@ -36,6 +37,8 @@ from trajectories.models import (
     Episode,
     EpisodeKind,
     EpisodeStatus,
+    EvaluationRun,
+    EvaluationStatus,
     ModelCall,
     RolloutBatch,
     RolloutGroup,
@@ -173,7 +176,7 @@ def batch_create(
         for g in groups
         for s in range(samples_per_query)
     )
-    transaction.on_commit(lambda: batch_enqueue(batch_id=batch.pk))
+    jobs.send(batch, lambda: batch_enqueue(batch_id=batch.pk))
     return batch
 
 
@@ -213,7 +216,11 @@ def _only_queries(
 
 
 def batch_enqueue(*, batch_id: int) -> int:
-    """Send one task per pending episode of the batch; returns how many were sent."""
+    """Send one task per pending episode of the batch; returns how many were sent.
+
+    Raises kombu's OperationalError when the broker is down: callers send through the job
+    kernel (`jobs.send`, `jobs.send_now`), which fails the batch saying so; its episodes
+    stay pending, and `batch_resend` sends them once the broker is back."""
     batch = RolloutBatch.objects.select_related("policy").get(pk=batch_id)
     queue = rollout_queue(batch.policy)
     ids = list(
@@ -224,6 +231,39 @@ def batch_enqueue(*, batch_id: int) -> int:
     for episode_id in ids:
         queues.enqueue(queues.EPISODE_RUN, episode_id, queue=queue)
     return len(ids)
+
+
+class BatchNotResendable(ValueError):
+    """A batch whose episodes were all sent: re-sending would only duplicate them."""
+
+
+@transaction.atomic
+def batch_resend(*, batch: RolloutBatch) -> int:
+    """Send again a batch whose sends failed (the broker was down): its pending episodes,
+    once the transaction commits. Each episode runs once, even one whose task got through
+    before the broker failed: a second task finds it taken or finished (`episode_claim`).
+    Returns how many episodes are pending; a broker still down fails it again, saying so
+    (`jobs.send_error`)."""
+    batch = RolloutBatch.objects.select_for_update().get(pk=batch.pk)
+    if not jobs.send_error(batch):
+        raise BatchNotResendable(
+            f"batch {batch.pk} is {batch.status} and was sent; only a batch whose sends "
+            "failed can be re-sent"
+        )
+    episodes = Episode.objects.filter(batch=batch)
+    started = episodes.exclude(status=EpisodeStatus.PENDING).exists()
+    RolloutBatch.objects.filter(pk=batch.pk).update(
+        status=BatchStatus.RUNNING if started else BatchStatus.QUEUED,
+        error="",
+        finished_at=None,
+        attempt=F("attempt") + 1,
+    )
+    if batch.evaluation_id is not None:  # it finished with this batch: it runs again
+        EvaluationRun.objects.filter(pk=batch.evaluation_id, status=EvaluationStatus.DONE).update(
+            status=EvaluationStatus.RUNNING, finished_at=None
+        )
+    jobs.send(batch, lambda: batch_enqueue(batch_id=batch.pk))
+    return episodes.filter(status=EpisodeStatus.PENDING).count()
 
 
 @transaction.atomic
@@ -237,12 +277,10 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
         status=EpisodeStatus.CANCELLED, termination_reason="cancelled", finished_at=now
     )
     RolloutBatch.objects.filter(pk=batch.pk).update(
-        status=BatchStatus.CANCELLED,
-        episodes_failed=F("episodes_failed") + cancelled,
-        finished_at=now,
+        episodes_failed=F("episodes_failed") + cancelled
     )
-    if batch.evaluation_id is not None:
-        _evaluation_batch_finished(batch.evaluation_id)
+    batch.refresh_from_db(fields=["episodes_failed"])
+    jobs.finish(batch, BatchStatus.CANCELLED, running_only=False)
     return cancelled
 
 
@@ -505,18 +543,14 @@ def _batch_progress(*, batch_id: int, ok: bool, count: int = 1) -> None:
         episodes_total__lte=F("episodes_completed") + F("episodes_failed"),
     )
     for batch in finished.select_for_update():
-        batch.status = BatchStatus.FAILED if batch.episodes_failed else BatchStatus.COMPLETED
-        batch.finished_at = timezone.now()
-        batch.save(update_fields=["status", "finished_at"])
-        if batch.evaluation_id is not None:
-            _evaluation_batch_finished(batch.evaluation_id)
+        # Its owners (an evaluation, an RL job) hear of it through jobs.finished.
+        status = BatchStatus.FAILED if batch.episodes_failed else BatchStatus.COMPLETED
+        jobs.finish(batch, status, running_only=False)
 
 
-def _evaluation_batch_finished(evaluation_id: int) -> None:
-    # Imported here: the evaluation service builds on this module.
-    from trajectories.services.evaluations import evaluation_batch_finished
-
-    evaluation_batch_finished(evaluation_id=evaluation_id)
+@jobs.sweeps("trajectories.Episode")
+def _episodes_recover(_in_hand: object) -> int:
+    return episodes_recover_stale()
 
 
 def episodes_recover_stale() -> int:
@@ -529,8 +563,8 @@ def episodes_recover_stale() -> int:
     )
     batch_ids = set(stale.values_list("batch_id", flat=True))
     count = stale.update(status=EpisodeStatus.PENDING)
-    for batch_id in batch_ids:
-        batch_enqueue(batch_id=batch_id)
+    for batch in RolloutBatch.objects.filter(pk__in=batch_ids):
+        jobs.send_now(batch, partial(batch_enqueue, batch_id=batch.pk))
     if count:
         log.warning("re-queued %d stale episodes from batches %s", count, sorted(batch_ids))
     return count
