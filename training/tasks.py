@@ -17,14 +17,14 @@ import logging
 from celery import shared_task
 
 from harness_app import queues
-from training.services import rl_jobs, sft_exports, sft_jobs
+from training.services import exports, rl_jobs, sft_jobs
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(name=queues.SFT_EXPORT, acks_late=True, reject_on_worker_lost=True)
 def sft_export_task(export_id: int) -> str:
-    export = sft_exports.sft_export_run(export_id=export_id)
+    export = exports.sft_export_run(export_id=export_id)
     return "gone" if export is None else export.status
 
 

@@ -346,7 +346,7 @@ def test_without_the_template_file_the_trainer_gets_none(
 def test_the_job_settings_fill_the_real_trainers_settings():
     # Where training/sft/train.py is present, every job setting is one of its settings.
     trainer = pytest.importorskip("training.sft.train")
-    from training.services.sft_job_settings import SFTJobSettings
+    from training.sft.settings import SFTJobSettings
 
     names = set(SFTJobSettings.__dataclass_fields__)
     assert names <= set(trainer.SFTSettings.__dataclass_fields__)

@@ -8,7 +8,7 @@ import pytest
 from harness_app import jobs, queues
 from tests.training_sft.jobs import job_create
 from training.models import ExportStatus, SFTExport, SFTJob, SFTJobStatus
-from training.services.sft_exports import export_path
+from training.services.exports import export_path
 
 pytestmark = pytest.mark.django_db
 

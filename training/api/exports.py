@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from harness_app.api import ResearcherWrites, request_user
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE, STRATEGIES, STRATEGY_ALIASES
 from training.models import ExportFormat, ExportStatus, SFTExport
-from training.services import sft_exports
+from training.services import exports
 
 RECONSTRUCTION_NAMES = (*STRATEGIES, *STRATEGY_ALIASES)
 
@@ -96,13 +96,13 @@ class ExportViewSet(
         form = ExportCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
-            export = sft_exports.sft_export_create(
+            export = exports.sft_export_create(
                 created_by=request_user(request),
                 filters=form.validated_data["filters"],
                 fmt=form.validated_data["format"],
                 reconstruction=form.validated_data["reconstruction"],
             )
-        except sft_exports.ExportError as exc:
+        except exports.ExportError as exc:
             raise ValidationError({"filters": [str(exc)]}) from None
         data = ExportSerializer(export, context={"request": request}).data
         return Response(data, status=status.HTTP_202_ACCEPTED)

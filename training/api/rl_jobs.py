@@ -15,8 +15,8 @@ from harness_app.serializers import RowIdField
 from training import selectors
 from training.api.jobs import TrainingJobViewSet
 from training.models import PolicyVersion, RLAlgorithm, RLJob, RLStep, SFTJob
+from training.rl.settings import PRESETS, RLJobSettings
 from training.services import rl_jobs
-from training.services.rl_job_settings import PRESETS, RLJobSettings
 from trajectories.models import TerminationPolicy
 
 RL_DEFAULTS = RLJobSettings()

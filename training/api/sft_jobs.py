@@ -21,7 +21,7 @@ from training.api.jobs import JobStateConflict, ServerRefused, TrainingJobViewSe
 from training.models import SFTExport, SFTJob
 from training.rl.publish import PublishError
 from training.services import sft_jobs
-from training.services.sft_job_settings import (
+from training.sft.settings import (
     SFTJobSettings,
     sft_lora_alpha_default,
     sft_lora_rank_default,

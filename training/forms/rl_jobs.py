@@ -12,7 +12,7 @@ from harness_app.harness.reward import PRESET_KEY
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from training.forms.jobs import TrainingJobLaunchForm
 from training.models import JobStatus, Reconstruction, RLAlgorithm, RLMode, SFTJob
-from training.services.rl_job_settings import (
+from training.rl.settings import (
     MAX_GROUP_SIZE,
     MAX_LORA_RANK,
     MAX_STEPS,

@@ -13,7 +13,7 @@ from harness_app.models import PolicyConfig, PolicyKind
 from training.forms.jobs import TrainingJobLaunchForm
 from training.lora import MAX_LORA_RANK
 from training.models import ExportStatus, SFTExport
-from training.services.sft_job_settings import (
+from training.sft.settings import (
     SFTJobSettings,
     sft_lora_alpha_default,
     sft_lora_rank_default,

@@ -24,7 +24,7 @@ class ExportFormat(models.TextChoices):
 
 class SFTExport(Job):
     """One export. Once done, its file and rows are never rewritten: a new export is a
-    new row and a new file (training/services/sft_exports.py refuses to run a finished one
+    new row and a new file (training/services/exports.py refuses to run a finished one
     again)."""
 
     filters = models.JSONField(default=dict, help_text="episode filters, as checked")

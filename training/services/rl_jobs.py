@@ -51,14 +51,7 @@ from training.rl import publish
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
-from training.services.jobs import (
-    job_row_fields,
-    policy_adapter_ensure_served,
-    policy_adapter_serve,
-    trainable_setup_check,
-)
-from training.services.policies import adapter_policy
-from training.services.rl_job_settings import (
+from training.rl.settings import (
     LORA_TARGETS_DEFAULT,
     MAX_GROUP_SIZE,
     MAX_LORA_RANK,
@@ -68,7 +61,14 @@ from training.services.rl_job_settings import (
     RLJobSettings,
     job_settings_from,
 )
-from training.services.rl_step_metrics import build_metrics, rollout_metrics
+from training.rl.step_metrics import build_metrics, rollout_metrics
+from training.services.jobs import (
+    job_row_fields,
+    policy_adapter_ensure_served,
+    policy_adapter_serve,
+    trainable_setup_check,
+)
+from training.services.policies import adapter_policy
 from trajectories.models import BatchStatus, Episode
 from trajectories.services import rollouts
 
@@ -446,7 +446,7 @@ def _rollout_seconds(step: RLStep) -> float:
 
 def _rollout_span(step: RLStep) -> dict[str, float]:
     """When the step's rollouts started and ended, in seconds since the epoch (the job's
-    idle fractions, rl_step_metrics.py)."""
+    idle fractions, training/rl/step_metrics.py)."""
     end = step.batch.finished_at if step.batch is not None else None
     return {
         "rollout_start": step.started_at.timestamp(),

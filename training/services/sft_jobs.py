@@ -46,7 +46,7 @@ from training.services.jobs import (
     trainable_setup_check,
 )
 from training.services.policies import adapter_policy
-from training.services.sft_job_settings import SFTJobError, SFTJobSettings, sft_settings_from
+from training.sft.settings import SFTJobError, SFTJobSettings, sft_settings_from
 
 log = logging.getLogger(__name__)
 

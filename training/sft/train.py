@@ -91,7 +91,7 @@ class SFTSettings:
 
     def check(self) -> None:
         """Refuse what no job could run with; SFTSettingsError names the field. The SFT
-        job's settings (training/services/sft_job_settings.py) are checked here too."""
+        job's settings (training/sft/settings.py) are checked here too."""
         _bounded("lora_rank", self.lora_rank, 1, MAX_LORA_RANK)
         _bounded("lora_alpha", self.lora_alpha, 1, 4 * MAX_LORA_RANK)
         _fraction("lora_dropout", self.lora_dropout)

@@ -16,7 +16,7 @@ from harness_app.roles import browse_required, researcher_required
 from training import selectors
 from training.forms import SFTExportCreateForm
 from training.models import SFTExport
-from training.services import sft_exports
+from training.services import exports
 from training.views.jobs import request_user, row_or_404
 from trajectories.episode_filters import episodes_matching
 
@@ -43,13 +43,13 @@ def sft_export_create(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            export = sft_exports.sft_export_create(
+            export = exports.sft_export_create(
                 created_by=request_user(request),
                 filters=data["filters"],
                 fmt=data["fmt"],
                 reconstruction=data["reconstruction"],
             )
-        except sft_exports.ExportError as exc:
+        except exports.ExportError as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"SFT export {export.pk} queued.")
@@ -66,10 +66,8 @@ def sft_export_preview(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form}
     if form.is_valid():
         try:
-            context["preview"] = sft_exports.sft_export_preview(
-                filters=form.cleaned_data["filters"]
-            )
-        except sft_exports.ExportError as exc:
+            context["preview"] = exports.sft_export_preview(filters=form.cleaned_data["filters"])
+        except exports.ExportError as exc:
             context["problem"] = str(exc)
     else:
         name, errors = next(iter(form.errors.items()))
