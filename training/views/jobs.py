@@ -126,5 +126,10 @@ class JobPages(Generic[Job]):
                     messages.success(request, queued(job))
                     return redirect(self.detail, pk=job.pk)
                 form.add_error(None, f"{self.what} {job.pk} could not start: {reason}")
-        context = {"form": form, "missing_libraries": selectors.trainer_libraries_missing()}
+        context = {
+            "form": form,
+            "missing_libraries": selectors.trainer_libraries_missing(),
+            "what": self.what,
+            "list_url": f"{self.name}_list",
+        }
         return render(request, template, context)
