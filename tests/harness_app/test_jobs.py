@@ -221,3 +221,44 @@ def test_every_launch_endpoint_answers_503_with_the_reason_when_the_broker_is_do
         "not queued, the task broker is unreachable: connection refused"
     )
     assert response.json()["id"]  # the row is kept, failed, for the caller to look at
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("url", "body", "said"),
+    [
+        (
+            "/ablations/new/",
+            lambda b, p: {
+                "benchmark": b.pk,
+                "policy": "baseline",
+                "runs": 1,
+                "query_limit": 1,
+                "max_turns": 40,
+                "retriever": "bm25",
+                "conditions": ["full"],
+            },
+            "ablation matrix",
+        ),
+        (
+            "/evaluations/new/",
+            lambda b, p: {
+                "benchmarks": [b.pk],
+                "policies": [p.pk],
+                "conditions": ["full"],
+                "runs": 1,
+                "query_limit": 1,
+                "max_turns": 40,
+            },
+            "evaluation run",
+        ),
+    ],
+)
+def test_every_launch_form_says_the_broker_is_down(
+    url, body, said, researcher_client, demo_benchmark, baseline_policy, broker_down
+):
+    response = researcher_client.post(url, body(demo_benchmark, baseline_policy))
+    assert response.status_code == 200  # the form again, not a redirect to a "queued" page
+    page = response.content.decode()
+    assert "could not start: not queued, the task broker is unreachable: connection" in page
+    assert said in page
