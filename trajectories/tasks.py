@@ -2,7 +2,7 @@
 ids and call one service each.
 
 Their rows are recovered after a dead worker by the job kernel's one start-up handler
-(harness_app/tasks.py): stale episodes by the sweep in services/rollouts.py, matrices and
+(harness_app/tasks.py): stale episodes by the sweep in services/resends.py, matrices and
 runs by their rows' tasks. Importing the services here registers those, and the
 evaluations' subscription to finished batches, in every process."""
 
@@ -27,9 +27,11 @@ from harness_app import queues
 from harness_app.harness import gc_policy
 from harness_app.harness.retrieval import kernel
 from trajectories.rollout import episode_run
-from trajectories.services import ablations, evaluations, harness_runs, rollouts
+from trajectories.services import ablations, evaluations, harness_runs, resends, rollouts
 
-__all__ = ["evaluations"]  # imported for its subscription to finished batches
+# Imported for what they register: the evaluations' subscription to finished batches, the
+# stale-episode sweep of the job kernel.
+__all__ = ["evaluations", "resends"]
 
 log = logging.getLogger(__name__)
 

@@ -189,3 +189,76 @@ def test_the_upload_form_says_the_import_could_not_start(researcher_client, data
     assert "the import of &#x27;hp&#x27; could not start: not queued, the task broker" in (
         response.content.decode()
     )
+
+
+def _harness_group_body(benchmark: Any, policy: Any) -> dict[str, Any]:
+    from trajectories.services.harness_runs import harness_task_create
+
+    task = harness_task_create(
+        name="t", instruction="do it", files={"a.txt": "a"}, eval_command="true"
+    )
+    return {"task": task.pk, "kind": "command", "command": ["true"], "model": "m", "size": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("url", "body"),
+    [
+        ("/api/ablation-matrices/", lambda b, p: {"benchmark": b.pk, "query_limit": 1}),
+        (
+            "/api/evaluation-runs/",
+            lambda b, p: {"benchmarks": [b.pk], "policies": [p.pk], "query_limit": 1, "runs": 1},
+        ),
+        ("/api/harness-groups/", _harness_group_body),
+    ],
+)
+def test_every_launch_endpoint_answers_503_with_the_reason_when_the_broker_is_down(
+    url, body, researcher_api, demo_benchmark, baseline_policy, broker_down
+):
+    response = researcher_api.post(url, body(demo_benchmark, baseline_policy), format="json")
+    assert response.status_code == 503, response.json()
+    assert response.json()["detail"] == (
+        "not queued, the task broker is unreachable: connection refused"
+    )
+    assert response.json()["id"]  # the row is kept, failed, for the caller to look at
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("url", "body", "said"),
+    [
+        (
+            "/ablations/new/",
+            lambda b, p: {
+                "benchmark": b.pk,
+                "policy": "baseline",
+                "runs": 1,
+                "query_limit": 1,
+                "max_turns": 40,
+                "retriever": "bm25",
+                "conditions": ["full"],
+            },
+            "ablation matrix",
+        ),
+        (
+            "/evaluations/new/",
+            lambda b, p: {
+                "benchmarks": [b.pk],
+                "policies": [p.pk],
+                "conditions": ["full"],
+                "runs": 1,
+                "query_limit": 1,
+                "max_turns": 40,
+            },
+            "evaluation run",
+        ),
+    ],
+)
+def test_every_launch_form_says_the_broker_is_down(
+    url, body, said, researcher_client, demo_benchmark, baseline_policy, broker_down
+):
+    response = researcher_client.post(url, body(demo_benchmark, baseline_policy))
+    assert response.status_code == 200  # the form again, not a redirect to a "queued" page
+    page = response.content.decode()
+    assert "could not start: not queued, the task broker is unreachable: connection" in page
+    assert said in page

@@ -310,6 +310,8 @@ def _rollout_finished(job: RLJob, step: RLStep) -> bool:
         return False
     if batch.status == BatchStatus.CANCELLED:
         raise RLJobError(f"step {step.index}'s rollout batch {batch.pk} was cancelled")
+    if batch.error:  # its episodes were never sent (the broker was down)
+        raise RLJobError(f"step {step.index}'s rollout batch {batch.pk}: {batch.error}")
     if batch.episodes_completed == 0:
         first = Episode.objects.filter(batch=batch).exclude(error="").values_list("error")
         why = first[0][0][:300] if first else "no error recorded"

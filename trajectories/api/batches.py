@@ -26,7 +26,7 @@ from trajectories.serializers import (
     BatchSerializer,
     BatchStatusSerializer,
 )
-from trajectories.services import rollouts
+from trajectories.services import resends, rollouts
 
 
 class BatchViewSet(
@@ -86,8 +86,8 @@ class BatchViewSet(
         reason in `detail`, while the broker is still down."""
         batch = self.get_object()
         try:
-            rollouts.batch_resend(batch=batch)
-        except rollouts.BatchNotResendable as exc:
+            resends.batch_resend(batch=batch)
+        except resends.BatchNotResendable as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         batch.refresh_from_db()
         body = BatchSerializer(batch).data

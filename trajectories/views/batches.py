@@ -16,7 +16,7 @@ from harness_app.roles import browse_required, researcher_required
 from trajectories.forms import BatchLaunchForm
 from trajectories.models import RolloutBatch
 from trajectories.selectors import batches
-from trajectories.services import rollouts
+from trajectories.services import resends, rollouts
 
 
 def _batch_or_404(pk: int) -> RolloutBatch:
@@ -116,8 +116,8 @@ def batch_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 def batch_resend(request: HttpRequest, pk: int) -> HttpResponse:
     batch = _batch_or_404(pk)
     try:
-        pending = rollouts.batch_resend(batch=batch)
-    except rollouts.BatchNotResendable as exc:
+        pending = resends.batch_resend(batch=batch)
+    except resends.BatchNotResendable as exc:
         messages.error(request, str(exc))
         return redirect("batch_detail", pk=batch.pk)
     reason = jobs.send_error(batch)

@@ -20,13 +20,8 @@ from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import BatchStatus, RolloutBatch
 from trajectories.prefixes import PrefixFileError, prefixes_read
 from trajectories.selectors.batches import batch_summary
-from trajectories.services.rollouts import (
-    BatchNotResendable,
-    BatchParameterError,
-    batch_create,
-    batch_resend,
-    rollout_queue,
-)
+from trajectories.services.resends import BatchNotResendable, batch_resend
+from trajectories.services.rollouts import BatchParameterError, batch_create, rollout_queue
 
 FINISHED = (BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.CANCELLED)
 
