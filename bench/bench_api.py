@@ -257,7 +257,7 @@ def add_token_calls(batch: Any, calls: int = 10, prompt: int = 2_000) -> None:
 
 
 def bench_export(episodes: int) -> None:
-    from training.services.sft_exports import sft_export_create, sft_export_run
+    from training.services.exports import sft_export_create, sft_export_run
 
     batch = export_batch(episodes)
     print(f"\nSFT export of {batch.episodes.count()} approved episodes (batch {batch.pk})")

@@ -1,5 +1,5 @@
 """SFT trainer tokens/s and peak memory per record length: the SFT job's own trainer
-(training/sft_train.py, TRL's SFTTrainer with a LoRA adapter) on synthetic token records,
+(training/sft/train.py, TRL's SFTTrainer with a LoRA adapter) on synthetic token records,
 each length in a fresh process.
 
 Prints a table, asserts nothing. Run from the project root:
@@ -43,7 +43,7 @@ def _records(path: Path, count: int, length: int, seed: int) -> Path:
 def measure(args: argparse.Namespace) -> dict[str, object]:
     import torch
 
-    from training.sft_train import LORA_TARGETS_ALL_LINEAR, SFTSettings, sft_train
+    from training.sft.train import LORA_TARGETS_ALL_LINEAR, SFTSettings, sft_train
 
     targets = LORA_TARGETS_ALL_LINEAR if args.targets == "all" else tuple(args.targets.split(","))
     settings = SFTSettings(

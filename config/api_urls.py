@@ -22,7 +22,10 @@ from harness_app.api import (
     ObtainExpiringAuthToken,
     PolicyConfigViewSet,
 )
-from training.api import ExportViewSet, RLJobViewSet, RolloutRequestViewSet, SFTJobViewSet
+from training.api.exports import ExportViewSet
+from training.api.rl_jobs import RLJobViewSet
+from training.api.rollout_requests import RolloutRequestViewSet
+from training.api.sft_jobs import SFTJobViewSet
 from trajectories.api.ablations import AblationMatrixViewSet
 from trajectories.api.annotations import AnnotationViewSet
 from trajectories.api.batches import BatchViewSet

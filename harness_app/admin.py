@@ -61,7 +61,7 @@ class QrelAdmin(ReadOnlyAdmin):
 
 @admin.register(ImportJob)
 class ImportJobAdmin(ReadOnlyAdmin):
-    list_display = ("name", "fmt", "status", "documents", "created", "finished", "created_by")
+    list_display = ("name", "fmt", "status", "documents", "created_at", "finished_at", "created_by")
     list_filter = ("status", "fmt")
     list_select_related = ("created_by",)
 

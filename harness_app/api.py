@@ -10,7 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.views import ObtainAuthToken
@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from harness_app import jobs
 from harness_app.importers.records import ImportRejected
 from harness_app.models import Benchmark, ImportJob, PolicyConfig
 from harness_app.roles import BROWSE_ROLES, Role, user_has_role
@@ -70,6 +71,21 @@ class IsResearcher(BasePermission):
         return user_has_role(request.user, Role.RESEARCHER)
 
 
+NOT_QUEUED_ANSWER = OpenApiResponse(
+    description="created, but its task could not be sent (the task broker is unreachable): "
+    "the row failed, `detail` says why"
+)
+
+
+def not_queued(job: jobs.Job, body: dict[str, Any]) -> Response | None:
+    """A 503 naming the reason when the job's task could not be sent (the broker is down;
+    the row is kept, failed, with `body` describing it); None when it was sent."""
+    reason = jobs.send_error(job)
+    if not reason:
+        return None
+    return Response({**body, "detail": reason}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+
+
 def request_user(request: Request) -> User | None:
     return request.user if isinstance(request.user, User) else None
 
@@ -85,7 +101,7 @@ class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet[Benchmark]):
 
     @extend_schema(
         request={"multipart/form-data": BenchmarkImportSerializer},
-        responses={202: ImportJobSerializer},
+        responses={202: ImportJobSerializer, 503: NOT_QUEUED_ANSWER},
     )
     @action(detail=False, methods=["post"], url_path="import")
     def import_upload(self, request: Request) -> Response:
@@ -104,7 +120,8 @@ class BenchmarkViewSet(viewsets.ReadOnlyModelViewSet[Benchmark]):
             )
         except ImportRejected as exc:
             raise ValidationError({"file": [str(exc)]}) from None
-        return Response(ImportJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+        body = ImportJobSerializer(job).data
+        return not_queued(job, body) or Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 class ImportJobViewSet(viewsets.ReadOnlyModelViewSet[ImportJob]):
@@ -112,7 +129,7 @@ class ImportJobViewSet(viewsets.ReadOnlyModelViewSet[ImportJob]):
 
     serializer_class = ImportJobSerializer
     permission_classes = [CanBrowse]
-    queryset = ImportJob.objects.order_by("-created", "-pk")
+    queryset = ImportJob.objects.order_by("-created_at", "-pk")
 
 
 def _saved(saved: PolicySaved, code: int) -> Response:

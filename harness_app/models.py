@@ -15,6 +15,8 @@ from django.db import models
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
+from harness_app import queues
+from harness_app.jobs import Job
 from harness_app.policy_hosts import validate_policy_base_url
 
 
@@ -180,10 +182,10 @@ class ImportStatus(models.TextChoices):
 
 class ImportJobQuerySet(models.QuerySet["ImportJob"]):
     def recent(self, limit: int = 10) -> ImportJobQuerySet:
-        return self.select_related("benchmark").order_by("-created")[:limit]
+        return self.select_related("benchmark").order_by("-created_at")[:limit]
 
 
-class ImportJob(models.Model):
+class ImportJob(Job):
     """An uploaded file waiting for, undergoing or done with an import by a worker.
 
     The row holds the durable outcome. Live progress during the import transaction is a
@@ -207,16 +209,19 @@ class ImportJob(models.Model):
     benchmark = models.ForeignKey(
         Benchmark, null=True, blank=True, on_delete=models.SET_NULL, related_name="import_jobs"
     )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created = models.DateTimeField(auto_now_add=True)
-    finished = models.DateTimeField(null=True, blank=True)
+
+    FINISHED = (ImportStatus.DONE, ImportStatus.UNCHANGED, ImportStatus.FAILED)
+    TASK = queues.IMPORT_JOB_RUN
 
     objects = ImportJobQuerySet.as_manager()
 
+    @classmethod
+    def failure_fields(cls, reason: str) -> dict[str, str]:
+        # The pages and the API show an import's outcome, failures included, as its message.
+        return {"error": reason, "message": reason}
+
     class Meta:
-        ordering = ["-created"]
+        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"import {self.name} ({self.status})"

@@ -114,6 +114,9 @@ class ImportProgressSerializer(serializers.Serializer[Any]):
 
 class ImportJobSerializer(serializers.ModelSerializer[ImportJob]):
     progress = serializers.SerializerMethodField()
+    # The API's names from before the job kernel named every job's columns alike.
+    created = serializers.DateTimeField(source="created_at", read_only=True)
+    finished = serializers.DateTimeField(source="finished_at", read_only=True, allow_null=True)
 
     class Meta:
         model = ImportJob

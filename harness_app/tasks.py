@@ -2,6 +2,9 @@
 
 Both go to the "index" queue (harness_app/queues.py): imports and index builds are long,
 CPU- and disk-heavy jobs that should not wait behind, or hold up, rollouts.
+
+Here too is the one worker start-up handler that recovers every kind of job whose worker
+died (harness_app/jobs.py): each app's kinds register what recovery does with their rows.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready
 
-from harness_app import indexes, queues
+from harness_app import indexes, jobs, queues
 from harness_app.services import import_jobs
 
 log = logging.getLogger(__name__)
@@ -30,9 +33,7 @@ def import_job_run(job_id: int) -> None:
 
 @worker_ready.connect
 def _recover_on_start(**_: Any) -> None:
-    """Imports left running by a worker that died are run again or failed (see
-    import_jobs.import_jobs_recover): when its worker restarts, or any other starts."""
-    try:
-        import_jobs.import_jobs_recover(in_hand=queues.tasks_in_hand())
-    except Exception:  # a worker must start even if the database or broker is not there
-        log.exception("could not recover the imports of dead workers at worker start")
+    """Every job kind's rows left running by a worker that died are run again or failed:
+    when its worker restarts, or any other starts. jobs.recover logs what it cannot do;
+    a worker starts even if the database or the broker is not there."""
+    jobs.recover(in_hand=queues.tasks_in_hand)

@@ -7,7 +7,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from harness_app import selectors
+from harness_app import jobs, selectors
 from harness_app.forms import BenchmarkUploadForm, PolicyConfigForm
 from harness_app.importers.records import ImportRejected
 from harness_app.models import ImportJob, PolicyConfig
@@ -70,6 +70,10 @@ def benchmark_upload(request: HttpRequest) -> HttpResponse:
         except ImportRejected as exc:
             form.add_error(None, str(exc))
         else:
+            reason = jobs.send_error(job)
+            if reason:
+                form.add_error(None, f"the import of {job.name!r} could not start: {reason}")
+                return render(request, "harness_app/benchmark_upload.html", {"form": form})
             messages.success(request, f"Upload received; importing {job.name!r} in the background.")
             return redirect("benchmark_list")
     return render(request, "harness_app/benchmark_upload.html", {"form": form})

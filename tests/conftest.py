@@ -299,3 +299,14 @@ def page(browser: Any) -> Iterator[Any]:
     page.console_watcher = ConsoleWatcher(page)
     yield page
     context.close()
+
+
+@pytest.fixture
+def broker_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every task send refused, as kombu refuses it when the broker is unreachable."""
+    from kombu.exceptions import OperationalError
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr("harness_app.queues.enqueue", refuse)

@@ -3,25 +3,28 @@
 SFT exports go to the default "celery" queue: they read the database and write one file,
 and must not wait behind rollouts or index builds. RL job steps and SFT jobs go to "training",
 served by one process per trainer device (harness_app/queues.py).
+
+SFT exports and SFT jobs left running by a worker that died are failed with the reason by
+the job kernel's one start-up handler (harness_app/tasks.py): each is a kind with its task
+(`TASK`). RL jobs are not swept: between two steps a job is running with no task in hand,
+and each step is acked late, so the broker redelivers it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready
 
 from harness_app import queues
-from training.services import rl_jobs, sft_exports, sft_jobs
+from training.services import exports, rl_jobs, sft_jobs
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(name=queues.SFT_EXPORT, acks_late=True, reject_on_worker_lost=True)
 def sft_export_task(export_id: int) -> str:
-    export = sft_exports.sft_export_run(export_id=export_id)
+    export = exports.sft_export_run(export_id=export_id)
     return "gone" if export is None else export.status
 
 
@@ -36,16 +39,3 @@ def sft_job_run_task(job_id: int) -> str:
     """A whole SFT job: train, publish the adapter, record the outcome."""
     job = sft_jobs.sft_job_run(job_id=job_id)
     return "gone" if job is None else job.status
-
-
-@worker_ready.connect
-def _recover_on_start(**_: Any) -> None:
-    """SFT exports and jobs left running by a worker that died fail with the reason. RL
-    jobs are not swept here: between two steps a job is running with no task in hand,
-    and each step is acked late, so the broker redelivers it."""
-    try:
-        in_hand = queues.tasks_in_hand()
-        sft_exports.sft_exports_recover(in_hand=in_hand)
-        sft_jobs.sft_jobs_recover(in_hand=in_hand)
-    except Exception:  # a worker must start even if the database or broker is not there
-        log.exception("could not recover the SFT work of dead workers at worker start")

@@ -1,5 +1,10 @@
 """Celery tasks for rollouts, ablation matrices and harness runs: thin wrappers that take
-ids and call one service each."""
+ids and call one service each.
+
+Their rows are recovered after a dead worker by the job kernel's one start-up handler
+(harness_app/tasks.py): stale episodes by the sweep in services/resends.py, matrices and
+runs by their rows' tasks. Importing the services here registers those, and the
+evaluations' subscription to finished batches, in every process."""
 
 from __future__ import annotations
 
@@ -14,7 +19,6 @@ from celery.signals import (
     task_prerun,
     worker_init,
     worker_process_init,
-    worker_ready,
 )
 from django.conf import settings
 from django.db import OperationalError, reset_queries
@@ -23,7 +27,11 @@ from harness_app import queues
 from harness_app.harness import gc_policy
 from harness_app.harness.retrieval import kernel
 from trajectories.rollout import episode_run
-from trajectories.services import ablations, harness_runs, rollouts
+from trajectories.services import ablations, evaluations, harness_runs, resends, rollouts
+
+# Imported for what they register: the evaluations' subscription to finished batches, the
+# stale-episode sweep of the job kernel.
+__all__ = ["evaluations", "resends"]
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +94,6 @@ def harness_run_task(run_id: int) -> str:
         return harness_runs.harness_run_execute(run_id=run_id)
     except SoftTimeLimitExceeded:
         return harness_runs.harness_run_fail(run_id=run_id, error="ran past its time limit")
-
-
-@worker_ready.connect
-def _recover_on_start(**_: Any) -> None:
-    try:
-        rollouts.episodes_recover_stale()
-    except Exception:  # a worker must start even if the database is not migrated yet
-        log.exception("could not recover stale episodes at worker start")
-    try:
-        in_hand = queues.tasks_in_hand()
-        ablations.ablation_matrices_recover(in_hand=in_hand)
-        harness_runs.harness_runs_recover(in_hand=in_hand)
-    except Exception:
-        log.exception("could not recover the matrices and runs of dead workers at worker start")
 
 
 @worker_init.connect

@@ -46,6 +46,7 @@ urlpatterns = [
     path("batches/<int:pk>/", batches.batch_detail, name="batch_detail"),
     path("batches/<int:pk>/progress/", batches.batch_progress, name="batch_progress"),
     path("batches/<int:pk>/cancel/", batches.batch_cancel, name="batch_cancel"),
+    path("batches/<int:pk>/resend/", batches.batch_resend, name="batch_resend"),
     path("ablations/new/", ablations.ablation_launch, name="ablation_launch"),
     path("ablations/<int:pk>/", ablations.ablation_detail, name="ablation_detail"),
     path("ablations/<int:pk>/progress/", ablations.ablation_progress, name="ablation_progress"),

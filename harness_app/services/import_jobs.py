@@ -8,21 +8,19 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Collection
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.utils import timezone
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.harness.beir import BeirFormatError
 from harness_app.importers.records import ImportProgress, ImportRejected
 from harness_app.importers.uploads import UPLOAD_FORMATS, upload_format, upload_source_path
 from harness_app.models import ImportJob, ImportStatus
-from harness_app.services.benchmarks import ImportResult, benchmark_import, benchmark_name_clean
+from harness_app.services.benchmarks import benchmark_import, benchmark_name_clean
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +83,7 @@ def _import_job_queue(
         upload_path=str(upload_path),
         created_by=created_by,
     )
-    job_id = job.pk
-    transaction.on_commit(lambda: queues.enqueue(queues.IMPORT_JOB_RUN, job_id))
+    jobs.enqueue(job, queues.IMPORT_JOB_RUN)
     return job
 
 
@@ -96,10 +93,9 @@ def import_job_run(*, job_id: int) -> ImportJob | None:
     Safe to run twice (a redelivered task after a worker died): a finished job is left
     alone, and a half-done one starts over because its transaction was rolled back.
     """
-    job = ImportJob.objects.filter(pk=job_id).first()
-    if job is None or not job.is_active:
-        return job
-    ImportJob.objects.filter(pk=job_id).update(status=ImportStatus.RUNNING)
+    job = jobs.claim(ImportJob, job_id)
+    if job is None:
+        return ImportJob.objects.filter(pk=job_id).first()
     upload = Path(job.upload_path)
     progress = ProgressFile(upload.parent / "progress.json")
     try:
@@ -114,65 +110,50 @@ def import_job_run(*, job_id: int) -> ImportJob | None:
             created_by=job.created_by,
         )
     except (ImportRejected, BeirFormatError) as exc:
-        _import_job_finish(job, ImportStatus.FAILED, str(exc))
+        jobs.fail(job, str(exc))
     except Exception as exc:
         logger.exception("import job %s failed", job_id)
-        _import_job_finish(job, ImportStatus.FAILED, f"unexpected error: {exc!r}")
+        jobs.fail(job, f"unexpected error: {exc!r}")
     else:
-        status = ImportStatus.DONE if result.changed else ImportStatus.UNCHANGED
-        _import_job_finish(job, status, result.describe(job.name), result)
+        jobs.finish(
+            job,
+            ImportStatus.DONE if result.changed else ImportStatus.UNCHANGED,
+            running_only=False,
+            message=result.describe(job.name),
+            benchmark_id=result.benchmark_id,
+            documents=result.documents,
+            queries=result.queries,
+            qrels=result.qrels,
+        )
     finally:
         shutil.rmtree(upload.parent, ignore_errors=True)
     job.refresh_from_db()
     return job
 
 
-WORKER_LOST = "worker_lost"
+WORKER_LOST = jobs.WORKER_LOST
 
 
-def import_jobs_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
-    """Imports marked running whose task no live worker holds (`in_hand`, from
-    queues.tasks_in_hand) lost their worker: killed, or its machine gone, mid-import.
+@jobs.lost(ImportJob)
+def _import_job_lost(job: ImportJob) -> None:
+    """An import marked running whose task no live worker holds lost its worker: killed,
+    or its machine gone, mid-import (recovered by jobs.recover at worker start).
 
     The import is one transaction, rolled back with its worker, so the job is run again
     from its upload, once. One that already lost a worker (it may be what kills them) or
     whose upload is gone fails, saying so, and its upload folder is removed.
-    Returns how many were recovered.
     """
-    recovered = 0
-    for job in ImportJob.objects.filter(status=ImportStatus.RUNNING):
-        if (queues.IMPORT_JOB_RUN, (job.pk,)) in in_hand:
-            continue
-        upload = Path(job.upload_path)
-        again = upload.is_file() and not job.message.startswith(WORKER_LOST)
-        if again:
-            message = f"{WORKER_LOST}: its worker died mid-import; running it again"
-            rows = ImportJob.objects.filter(pk=job.pk, status=ImportStatus.RUNNING)
-            if rows.update(status=ImportStatus.QUEUED, message=message):
-                queues.enqueue(queues.IMPORT_JOB_RUN, job.pk)
-        else:
-            why = "its worker died mid-import again" if upload.is_file() else "its upload is gone"
-            _import_job_finish(job, ImportStatus.FAILED, f"{WORKER_LOST}: {why}")
-            shutil.rmtree(upload.parent, ignore_errors=True)
-        logger.warning(
-            "import job %s lost its worker: %s", job.pk, "re-queued" if again else "failed"
-        )
-        recovered += 1
-    return recovered
-
-
-def _import_job_finish(
-    job: ImportJob, status: str, message: str, result: ImportResult | None = None
-) -> None:
-    ImportJob.objects.filter(pk=job.pk).update(
-        status=status,
-        message=message,
-        finished=timezone.now(),
-        benchmark_id=result.benchmark_id if result else None,
-        documents=result.documents if result else 0,
-        queries=result.queries if result else 0,
-        qrels=result.qrels if result else 0,
-    )
+    upload = Path(job.upload_path)
+    if upload.is_file() and not job.message.startswith(WORKER_LOST):
+        message = f"{WORKER_LOST}: its worker died mid-import; running it again"
+        rows = ImportJob.objects.filter(pk=job.pk, status=ImportStatus.RUNNING)
+        if rows.update(status=ImportStatus.QUEUED, message=message):
+            jobs.send_now(job, lambda: queues.enqueue(queues.IMPORT_JOB_RUN, job.pk))
+        logger.warning("import job %s lost its worker: re-queued", job.pk)
+        return
+    why = "its worker died mid-import again" if upload.is_file() else "its upload is gone"
+    jobs.fail(job, f"{WORKER_LOST}: {why}")
+    shutil.rmtree(upload.parent, ignore_errors=True)
 
 
 class ProgressFile:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from training.models import SFTExport
-from training.services.sft_exports import sft_export_create, sft_export_run
+from training.services.exports import sft_export_create, sft_export_run
 
 pytestmark = pytest.mark.django_db
 

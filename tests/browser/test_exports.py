@@ -14,7 +14,7 @@ from harness_app.services.users import user_ensure
 from tests import factories
 from tests.chromium import login
 from training.models import SFTExport
-from training.services.sft_exports import sft_export_run
+from training.services.exports import sft_export_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PASSWORD = "pw-exports-123"

@@ -16,7 +16,7 @@ from tests import factories
 from tests.chromium import login
 from tests.fakes.openai_server import FakeOpenAIServer
 from training.models import SFTExport
-from training.services.sft_exports import sft_export_run
+from training.services.exports import sft_export_run
 from trajectories.services.annotations import annotation_bulk_apply
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.models import ImportJob, ImportStatus
-from harness_app.services.import_jobs import import_job_create, import_jobs_recover
+from harness_app.services.import_jobs import import_job_create
 from tests.harness_app.conftest import HOTPOT
 from tests.workers import start_worker, wait_until
 
@@ -42,7 +42,7 @@ def test_an_import_whose_worker_is_killed_is_run_again_and_its_upload_removed(
         # The live worker says it holds the import, so a worker starting now leaves it be.
         queues.consumers_forget()
         assert (queues.IMPORT_JOB_RUN, (job.pk,)) in queues.tasks_in_hand(timeout=1)
-        assert import_jobs_recover(in_hand=queues.tasks_in_hand()) == 0
+        assert jobs.recover(in_hand=queues.tasks_in_hand())["harness_app.ImportJob"] == 0
     finally:
         doomed.kill()  # SIGKILL, main process and pool: nothing runs its finally blocks
     assert _status(job) == ImportStatus.RUNNING and folder.is_dir()
@@ -81,17 +81,17 @@ def test_an_import_that_lost_its_worker_twice_fails_with_the_reason(tmp_path: Pa
     job = _running_job(
         tmp_path, message="worker_lost: its worker died mid-import; running it again"
     )
-    assert import_jobs_recover(in_hand=frozenset()) == 1
+    assert jobs.recover(in_hand=frozenset())["harness_app.ImportJob"] == 1
     job.refresh_from_db()
     assert job.status == ImportStatus.FAILED
     assert job.message == "worker_lost: its worker died mid-import again"
-    assert job.finished is not None
+    assert job.finished_at is not None
     assert not Path(job.upload_path).parent.exists()
 
 
 @pytest.mark.django_db
 def test_an_import_a_live_worker_holds_is_left_alone(tmp_path: Path) -> None:
     job = _running_job(tmp_path)
-    assert import_jobs_recover(in_hand={(queues.IMPORT_JOB_RUN, (job.pk,))}) == 0
+    assert jobs.recover(in_hand={(queues.IMPORT_JOB_RUN, (job.pk,))})["harness_app.ImportJob"] == 0
     job.refresh_from_db()
     assert job.status == ImportStatus.RUNNING and Path(job.upload_path).is_file()

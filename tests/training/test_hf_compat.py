@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import factories
-from training.services.sft_exports import sft_export_create, sft_export_run
+from training.services.exports import sft_export_create, sft_export_run
 from trajectories.services.annotations import annotation_bulk_apply
 
 datasets = pytest.importorskip("datasets", reason="needs Hugging Face datasets")

@@ -12,9 +12,9 @@ from django.core.management import CommandError, call_command
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS, ChatPolicy, ChatPolicyConfig
 from harness_app.models import PolicyConfig, PolicyKind
 from tests import factories
-from training import sft
 from training.models import ExportStatus, SFTExport, SFTExportEpisode
-from training.services.sft_exports import ExportError, sft_export_create, sft_export_run
+from training.services.exports import ExportError, sft_export_create, sft_export_run
+from training.sft import records as sft
 from trajectories.models import Episode, ModelCall, Turn, pack_floats, pack_ints
 from trajectories.services.annotations import annotation_bulk_apply, annotation_label
 

@@ -7,7 +7,7 @@ import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
 from training.models import SFTExport
-from training.services.sft_exports import sft_export_run
+from training.services.exports import sft_export_run
 from trajectories.models import Episode
 
 pytestmark = pytest.mark.django_db

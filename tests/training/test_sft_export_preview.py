@@ -10,7 +10,7 @@ import pytest
 
 from training.forms import SFTExportCreateForm
 from training.models import ExportStatus, SFTExport
-from training.services.sft_exports import sft_export_run
+from training.services.exports import sft_export_run
 from trajectories.services.annotations import annotation_label
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,5 @@
 """Fixtures for the SFT job tests: a done export of approved teacher episodes and the fake
-trainer that stands in for training/sft_train.py (the weights stand-in, the fake model
+trainer that stands in for training/sft/train.py (the weights stand-in, the fake model
 server and the policy behind it are shared: tests/conftest.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from tests import factories
 from tests.training_sft.fake_trainer import FakeTrainer
 from training.models import ExportStatus, SFTExport
 from training.services import sft_jobs
-from training.services.sft_exports import sft_export_create, sft_export_run
+from training.services.exports import sft_export_create, sft_export_run
 from trajectories.models import RolloutBatch
 from trajectories.services.annotations import annotation_bulk_apply
 

@@ -1,4 +1,4 @@
-"""A stand-in for training/sft_train.py: its settings, progress, result and errors are the
+"""A stand-in for training/sft/train.py: its settings, progress, result and errors are the
 real ones; only `sft_train` is faked, so SFT job tests run in milliseconds and without
 torch. `script` decides what a run does; every call's arguments are kept in `calls`."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 # The real module's settings, progress, result and errors (it imports torch only inside
 # its functions); only the training itself is faked.
-from training.sft_train import (
+from training.sft.train import (
     SFTDataError,
     SFTModelError,
     SFTOutOfMemory,

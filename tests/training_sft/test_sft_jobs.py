@@ -1,7 +1,7 @@
 """SFT jobs through their services: create checks, a run with the trainer faked (progress,
 publishing, the policy), cancel, resume, failures, and an RL job warm-started from one.
 
-The trainer here is tests/training_sft/fake_trainer.py (training/sft_train.py's interface,
+The trainer here is tests/training_sft/fake_trainer.py (training/sft/train.py's interface,
 no model); vLLM's adapter endpoints are the fake server that records what it loaded.
 """
 
@@ -344,9 +344,9 @@ def test_without_the_template_file_the_trainer_gets_none(
 
 
 def test_the_job_settings_fill_the_real_trainers_settings():
-    # Where training/sft_train.py is present, every job setting is one of its settings.
-    trainer = pytest.importorskip("training.sft_train")
-    from training.services.sft_job_settings import SFTJobSettings
+    # Where training/sft/train.py is present, every job setting is one of its settings.
+    trainer = pytest.importorskip("training.sft.train")
+    from training.sft.settings import SFTJobSettings
 
     names = set(SFTJobSettings.__dataclass_fields__)
     assert names <= set(trainer.SFTSettings.__dataclass_fields__)

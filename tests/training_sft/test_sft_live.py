@@ -20,8 +20,8 @@ from tests import factories
 from tests.vllm import VLLM_URL, base_model, needs_vllm, served_models
 from tests.workers import start_worker, wait_until
 from training.models import ExportStatus, RLJobStatus, RLStepStatus, SFTJobStatus
+from training.services.exports import sft_export_create, sft_export_run
 from training.services.rl_jobs import RLJobSettings, rl_job_create
-from training.services.sft_exports import sft_export_create, sft_export_run
 from training.services.sft_jobs import SFTJobSettings, sft_job_create
 from trajectories.models import Episode, ModelCall, RolloutBatch
 from trajectories.services.annotations import annotation_bulk_apply

@@ -13,9 +13,10 @@ from tests.paths import ROOT
 
 pytest.importorskip("trl", reason="the SFT trainer needs trl (the 'train' extra)")
 
-from training import sft_records, sft_train
-from training.sft_records import IGNORE_INDEX, SFTDataError
-from training.sft_train import (
+from training.sft import examples as sft_records
+from training.sft import train as sft_train
+from training.sft.examples import IGNORE_INDEX, SFTDataError
+from training.sft.train import (
     SFTModelError,
     SFTSettings,
     SFTSettingsError,

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness_app import queues
+from harness_app import jobs, queues
 from tests.training_sft.jobs import job_create
 from training.models import ExportStatus, SFTExport, SFTJob, SFTJobStatus
-from training.services.sft_exports import export_path, sft_exports_recover
-from training.services.sft_jobs import sft_jobs_recover
+from training.services.exports import export_path
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +19,7 @@ def test_an_export_whose_worker_died_fails_and_its_partial_file_goes(export) -> 
     partial = target.with_name(f"{target.name}.abc123.partial")
     partial.write_text("half a line")
 
-    assert sft_exports_recover(in_hand={(queues.SFT_EXPORT, (export.pk + 1,))}) == 1
+    assert jobs.recover(in_hand={(queues.SFT_EXPORT, (export.pk + 1,))})["training.SFTExport"] == 1
     export.refresh_from_db()
     assert export.status == ExportStatus.FAILED
     assert export.error.startswith("worker_lost: ")
@@ -29,7 +28,7 @@ def test_an_export_whose_worker_died_fails_and_its_partial_file_goes(export) -> 
 
 def test_an_export_a_live_worker_holds_is_left_alone(export) -> None:
     SFTExport.objects.filter(pk=export.pk).update(status=ExportStatus.RUNNING)
-    assert sft_exports_recover(in_hand={(queues.SFT_EXPORT, (export.pk,))}) == 0
+    assert jobs.recover(in_hand={(queues.SFT_EXPORT, (export.pk,))})["training.SFTExport"] == 0
     export.refresh_from_db()
     assert export.status == ExportStatus.RUNNING
 
@@ -41,7 +40,7 @@ def test_an_sft_job_whose_worker_died_fails_with_the_reason(
     held = job_create(export, llm_policy, weights_dir)
     SFTJob.objects.filter(pk__in=[lost.pk, held.pk]).update(status=SFTJobStatus.RUNNING)
 
-    assert sft_jobs_recover(in_hand={(queues.SFT_JOB_RUN, (held.pk,))}) == 1
+    assert jobs.recover(in_hand={(queues.SFT_JOB_RUN, (held.pk,))})["training.SFTJob"] == 1
     lost.refresh_from_db()
     held.refresh_from_db()
     assert lost.status == SFTJobStatus.FAILED and lost.finished_at is not None

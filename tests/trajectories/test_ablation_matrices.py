@@ -415,15 +415,15 @@ def test_the_dashboard_costs_the_same_queries_for_any_number_of_matrices(
 def test_a_matrix_whose_worker_died_fails_with_the_reason(
     demo_benchmark, django_capture_on_commit_callbacks
 ):
-    from harness_app import queues
+    from harness_app import jobs, queues
     from trajectories.models import MatrixStatus
-    from trajectories.services.ablations import ablation_matrices_recover
 
     lost = _created(demo_benchmark, django_capture_on_commit_callbacks, query_limit=1)
     held = _created(demo_benchmark, django_capture_on_commit_callbacks, query_limit=1)
     AblationMatrix.objects.update(status=MatrixStatus.RUNNING)
 
-    assert ablation_matrices_recover(in_hand={(queues.ABLATION_MATRIX_RUN, (held.pk,))}) == 1
+    in_hand = {(queues.ABLATION_MATRIX_RUN, (held.pk,))}
+    assert jobs.recover(in_hand=in_hand)["trajectories.AblationMatrix"] == 1
     lost.refresh_from_db()
     held.refresh_from_db()
     assert lost.status == MatrixStatus.FAILED and lost.error.startswith("worker_lost: ")

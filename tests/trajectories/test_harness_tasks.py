@@ -221,12 +221,13 @@ def test_a_run_found_running_was_lost_with_its_worker():
 
 @pytest.mark.django_db
 def test_a_run_no_live_worker_holds_is_an_error_when_a_worker_starts():
-    from harness_app import queues
+    from harness_app import jobs, queues
 
     lost, held = group_of(task_of(), size=2).runs.order_by("pk")
     HarnessRun.objects.update(status=HarnessRunStatus.RUNNING)
 
-    assert harness_runs.harness_runs_recover(in_hand={(queues.HARNESS_RUN, (held.pk,))}) == 1
+    counts = jobs.recover(in_hand={(queues.HARNESS_RUN, (held.pk,))})
+    assert counts["trajectories.HarnessRun"] == 1
     lost.refresh_from_db()
     held.refresh_from_db()
     assert lost.status == HarnessRunStatus.ERROR

@@ -13,7 +13,7 @@ from tests import factories
 from tests.fakes.openai_server import FakeOpenAIServer, sampled
 from training.models import ExportStatus
 from training.rl.samples import rl_samples_for_recordings
-from training.services.sft_exports import sft_export_create, sft_export_run
+from training.services.exports import sft_export_create, sft_export_run
 from trajectories.models import Episode, ModelCall, RecordingSession
 from trajectories.services.annotations import annotation_bulk_apply
 from trajectories.services.recording import recording_session_close, recording_session_create

@@ -16,8 +16,8 @@ from harness_app.roles import Role
 from tests import factories
 from training.models import ExportStatus, RLJob
 from training.rl.samples import rl_samples_for_recordings
-from training.services.rl_job_settings import RLJobError, RLJobSettings
-from training.services.sft_exports import ExportError, sft_export_create, sft_export_run
+from training.rl.settings import RLJobError, RLJobSettings
+from training.services.exports import ExportError, sft_export_create, sft_export_run
 from trajectories.models import ModelCall, RecordingSession, pack_floats, pack_ints
 from trajectories.selectors.recording import recording_report, recording_sessions
 from trajectories.services.annotations import annotation_bulk_apply

@@ -16,7 +16,7 @@ from harness_app.models import ContextMode, PolicyConfig, PolicyKind
 from tests.fakes.openai_server import FakeOpenAIServer, render
 from training.rl.batches import build_sequences
 from training.rl.samples import rl_episodes_for_batch
-from training.services.sft_exports import sft_export_create, sft_export_run
+from training.services.exports import sft_export_create, sft_export_run
 from trajectories.models import Episode, ModelCall
 from trajectories.rollout import episode_run
 from trajectories.selectors.calls import episode_segments

@@ -10,7 +10,7 @@ from django.test import TestCase
 
 from harness_app.models import PolicyConfig, PolicyKind, ToolCallFormat
 from tests.fakes.openai_server import FakeOpenAIServer
-from training.sft import records_render, rows_load
+from training.sft.records import records_render, rows_load
 from trajectories.models import Episode, EpisodeStatus, ModelCall
 from trajectories.rollout import episode_run
 from trajectories.selectors.batches import teacher_summary

@@ -20,7 +20,7 @@ from tests.factories import batch_played
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.vllm import VLLM_URL, needs_vllm
 from training.rl.samples import rl_episodes_for_batch
-from training.sft import records_render, rows_load
+from training.sft.records import records_render, rows_load
 from trajectories.models import EpisodeStatus, ModelCall, Verification, VerifierCall
 from trajectories.selectors.calls import call_tokens_by_episode
 from trajectories.services.rollouts import rollout_queue

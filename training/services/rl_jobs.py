@@ -23,7 +23,6 @@ a retried step serves the weights it saved.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import time
 from collections.abc import Mapping
@@ -34,17 +33,14 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.harness.llm.reconstruct import strategy_clean
-from harness_app.models import Benchmark, PolicyConfig, PolicyKind, ToolCallFormat
-from harness_app.policy_hosts import model_server_urls, policy_base_url
+from harness_app.models import Benchmark, PolicyConfig, ToolCallFormat
 from training.models import (
-    RL_JOB_FINISHED,
+    JobStatus,
     PolicyVersion,
     RLJob,
-    RLJobStatus,
     RLMode,
     RLStep,
     RLStepStatus,
@@ -55,8 +51,7 @@ from training.rl import publish
 from training.rl.advantages import AdvantageSettings
 from training.rl.batches import BatchBuild
 from training.rl.samples import rl_samples_for_batch
-from training.services.policies import adapter_policy, base_model_dir_problem
-from training.services.rl_job_settings import (
+from training.rl.settings import (
     LORA_TARGETS_DEFAULT,
     MAX_GROUP_SIZE,
     MAX_LORA_RANK,
@@ -66,9 +61,15 @@ from training.services.rl_job_settings import (
     RLJobSettings,
     job_settings_from,
 )
-from training.services.rl_step_metrics import build_metrics, rollout_metrics
+from training.rl.step_metrics import build_metrics, rollout_metrics
+from training.services.jobs import (
+    job_row_fields,
+    policy_adapter_ensure_served,
+    policy_adapter_serve,
+    trainable_setup_check,
+)
+from training.services.policies import adapter_policy
 from trajectories.models import BatchStatus, Episode
-from trajectories.rollout import model_server_api_key
 from trajectories.services import rollouts
 
 log = logging.getLogger(__name__)
@@ -92,21 +93,14 @@ __all__ = [
 
 
 def _check_trainable_setup(base_policy: PolicyConfig, base_model_dir: str) -> None:
-    if base_policy.kind != PolicyKind.OPENAI:
-        raise RLJobError(
-            f"base_policy {base_policy.name!r} is the {base_policy.get_kind_display()}; RL "
-            "samples from an OpenAI-compatible (vLLM) policy, whose adapters it then serves",
-            field="base_policy",
-        )
-    problem = base_model_dir_problem(base_model_dir)
-    if problem:
-        raise RLJobError(problem, field="base_model_dir")
-    missing = [p for p in TRAIN_PACKAGES if importlib.util.find_spec(p) is None]
-    if missing:
-        raise RLJobError(
-            f"the trainer needs {', '.join(missing)}: install the 'train' extra "
-            "(pip install -e '.[train]')"
-        )
+    trainable_setup_check(
+        base_policy,
+        base_model_dir,
+        packages=TRAIN_PACKAGES,
+        why_vllm="RL samples from an OpenAI-compatible (vLLM) policy, whose adapters it "
+        "then serves",
+        error=RLJobError,
+    )
 
 
 # --- create and cancel ---------------------------------------------------------------------
@@ -161,14 +155,11 @@ def rl_job_create(
         raise RLJobError(
             f"benchmark {benchmark.name!r} has no queries to sample", field="benchmark"
         )
+    row = job_row_fields(
+        name=name, base_policy=base_policy, base_model_dir=base_model_dir, created_by=created_by
+    )
     job = RLJob.objects.create(
-        name=name,
-        benchmark=benchmark,
-        base_policy=base_policy,
-        base_model_dir=str(Path(base_model_dir).resolve()),
-        created_by=created_by if getattr(created_by, "pk", None) else None,
-        warm_start=warm_start,
-        **asdict(job_settings),
+        benchmark=benchmark, warm_start=warm_start, **row, **asdict(job_settings)
     )
     PolicyVersion.objects.create(
         job=job,
@@ -177,17 +168,8 @@ def rl_job_create(
         adapter_path=warm_start.adapter_path if warm_start is not None else "",
     )
     if enqueue:
-        job_id = job.pk
-        transaction.on_commit(lambda: rl_job_enqueue(job_id=job_id))
+        jobs.enqueue(job, queues.RL_JOB_ADVANCE)
     return job
-
-
-def rl_job_enqueue(*, job_id: int, countdown: float = 0.0) -> None:
-    try:
-        queues.enqueue(queues.RL_JOB_ADVANCE, job_id, countdown=countdown)
-    except KombuOperationalError as exc:
-        # Never run training inline when the broker is down: fail the job loudly instead.
-        _job_fail(job_id, f"the task broker is unreachable: {exc}")
 
 
 @transaction.atomic
@@ -196,7 +178,7 @@ def rl_job_cancel(*, job: RLJob) -> bool:
     job = RLJob.objects.select_for_update().get(pk=job.pk)
     if job.is_finished:
         return False
-    RLJob.objects.filter(pk=job.pk).update(status=RLJobStatus.CANCELLED, finished_at=timezone.now())
+    jobs.finish(job, JobStatus.CANCELLED, running_only=False)
     _batches_cancel(job.pk)
     return True
 
@@ -210,18 +192,15 @@ def _batches_cancel(job_id: int) -> None:
         rollouts.batch_cancel(batch=step.batch)
 
 
-def _job_fail(job_id: int, error: str, *, step: RLStep | None = None) -> None:
-    now = timezone.now()
+def _job_fail(job: RLJob, error: str, *, step: RLStep | None = None) -> None:
     with transaction.atomic():
         if step is not None:
             RLStep.objects.filter(pk=step.pk).update(
-                status=RLStepStatus.FAILED, error=error, finished_at=now
+                status=RLStepStatus.FAILED, error=error, finished_at=timezone.now()
             )
-        RLJob.objects.filter(pk=job_id).exclude(status__in=RL_JOB_FINISHED).update(
-            status=RLJobStatus.FAILED, error=error, finished_at=now
-        )
-        _batches_cancel(job_id)
-    log.warning("RL job %s failed: %s", job_id, error)
+        jobs.fail(job, error)
+        _batches_cancel(job.pk)
+    log.warning("RL job %s failed: %s", job.pk, error)
 
 
 # --- advance -------------------------------------------------------------------------------
@@ -233,10 +212,8 @@ def rl_job_advance(*, job_id: int) -> float | None:
     job = RLJob.objects.select_related("benchmark", "base_policy").filter(pk=job_id).first()
     if job is None or job.is_finished:
         return None
-    if job.status == RLJobStatus.QUEUED:
-        RLJob.objects.filter(pk=job.pk, status=RLJobStatus.QUEUED).update(
-            status=RLJobStatus.RUNNING, started_at=timezone.now()
-        )
+    if job.status == JobStatus.QUEUED:
+        jobs.claim(RLJob, job.pk)
     step = (
         job.step_rows.filter(index=job.steps_done)
         .select_related("batch", "version__policy")
@@ -250,7 +227,7 @@ def rl_job_advance(*, job_id: int) -> float | None:
             return settings.RL_POLL_S
         return _step_train(job, step)
     except (RLJobError, publish.PublishError) as exc:
-        _job_fail(job.pk, str(exc), step=step)
+        _job_fail(job, str(exc), step=step)
         return None
     except DatabaseError:
         raise  # the task retries: the database, not the job, is at fault
@@ -258,7 +235,7 @@ def rl_job_advance(*, job_id: int) -> float | None:
         # A trainer crash (out of memory, a model the weights do not fit) would crash
         # again on every retry: stop the job and say what happened.
         log.exception("RL job %s: step failed", job.pk)
-        _job_fail(job.pk, f"{type(exc).__name__}: {exc}", step=step)
+        _job_fail(job, f"{type(exc).__name__}: {exc}", step=step)
         return None
 
 
@@ -268,7 +245,12 @@ def rl_job_tick(*, job_id: int) -> str:
     wait = rl_job_advance(job_id=job_id)
     if wait is None:
         return "finished"
-    rl_job_enqueue(job_id=job_id, countdown=wait)
+    job = RLJob.objects.get(pk=job_id)
+    if not jobs.send_now(
+        job, lambda: queues.enqueue(queues.RL_JOB_ADVANCE, job_id, countdown=wait)
+    ):
+        _batches_cancel(job_id)  # failed with the reason: the broker is down
+        return "not queued"
     return f"next in {wait:.1f}s"
 
 
@@ -290,12 +272,8 @@ def _step_start(job: RLJob, *, index: int) -> RLStep:
     if version.adapter_path:
         # A restarted vLLM forgets runtime adapters: serve it again (on every replica)
         # before sampling.
-        base_url = _base_url(job)
-        publish.adapters_ensure_served(
-            model_server_urls(base_url),
-            name=version.policy.model,
-            path=Path(version.adapter_path),
-            api_key=model_server_api_key(base_url),
+        policy_adapter_ensure_served(
+            job.base_policy, name=version.policy.model, path=Path(version.adapter_path)
         )
     with transaction.atomic():
         try:
@@ -332,6 +310,8 @@ def _rollout_finished(job: RLJob, step: RLStep) -> bool:
         return False
     if batch.status == BatchStatus.CANCELLED:
         raise RLJobError(f"step {step.index}'s rollout batch {batch.pk} was cancelled")
+    if batch.error:  # its episodes were never sent (the broker was down)
+        raise RLJobError(f"step {step.index}'s rollout batch {batch.pk}: {batch.error}")
     if batch.episodes_completed == 0:
         first = Episode.objects.filter(batch=batch).exclude(error="").values_list("error")
         why = first[0][0][:300] if first else "no error recorded"
@@ -339,10 +319,6 @@ def _rollout_finished(job: RLJob, step: RLStep) -> bool:
             f"every episode of step {step.index}'s batch {batch.pk} failed; the first: {why}"
         )
     return True
-
-
-def _base_url(job: RLJob) -> str:
-    return policy_base_url(job.base_policy)
 
 
 def _step_train(job: RLJob, step: RLStep) -> float | None:
@@ -375,14 +351,8 @@ def _step_train(job: RLJob, step: RLStep) -> float | None:
     trained = _train(job, step, trainer_version, build, timings)
     metrics.update(trained.metrics)
     started = time.perf_counter()
-    base_url = _base_url(job)
     # Every replica serves the new version, or the step fails naming the one that refused.
-    publish.adapters_serve(
-        model_server_urls(base_url),
-        name=trained.model_name,
-        path=trained.adapter_dir,
-        api_key=model_server_api_key(base_url),
-    )
+    policy_adapter_serve(job.base_policy, name=trained.model_name, path=trained.adapter_dir)
     timings["publish_s"] = time.perf_counter() - started
     timings["train_end"] = time.time()
     return _step_record(job, step, metrics=metrics, timings=timings, produced=trained)
@@ -478,7 +448,7 @@ def _rollout_seconds(step: RLStep) -> float:
 
 def _rollout_span(step: RLStep) -> dict[str, float]:
     """When the step's rollouts started and ended, in seconds since the epoch (the job's
-    idle fractions, rl_step_metrics.py)."""
+    idle fractions, training/rl/step_metrics.py)."""
     end = step.batch.finished_at if step.batch is not None else None
     return {
         "rollout_start": step.started_at.timestamp(),
@@ -510,11 +480,10 @@ def _step_record(
         finished_at=timezone.now(),
     )
     finished = done >= job.steps
-    RLJob.objects.filter(pk=job.pk).update(
-        steps_done=done,
-        status=RLJobStatus.COMPLETED if finished else RLJobStatus.RUNNING,
-        finished_at=timezone.now() if finished else None,
-    )
+    if finished:
+        jobs.finish(locked, steps_done=done)
+    else:
+        RLJob.objects.filter(pk=job.pk).update(steps_done=done)
     if produced is not None:
         trainer, key = produced.trainer, (job.pk, produced.number)
         transaction.on_commit(lambda: _trainer_keep(key, trainer))

@@ -2,7 +2,7 @@
 
 A job is created queued (`sft_job_create` checks the export, the base policy, the weights
 and the settings) and run by one `sft_job_run_task` on the training queue. The run calls
-the trainer (training/sft_train.py, imported only there, so the web process never loads
+the trainer (training/sft/train.py, imported only there, so the web process never loads
 torch), which reports each logged step through a callback (written to the row at most
 once a second) and polls the row's `cancel_requested` each step. A completed run's adapter
 is loaded into the base policy's vLLM server as model `sft-job-<pk>`, and a policy of that
@@ -12,19 +12,20 @@ jobs (`RLJob.warm_start`) to use.
 Cancelling a running job asks the trainer to stop: it saves a checkpoint and returns, and
 the job is cancelled with that checkpoint, from which `sft_job_resume` goes on. A worker
 that dies mid-run leaves the job running; the redelivered task resumes it from the newest
-checkpoint the trainer saved (every save_steps), or from the start. Each run claims the
-job with a new `attempt` number and writes only while it is the newest: a broker that
-redelivers a task still running (Redis after its visibility timeout) makes the older run
-stop at its next step, its outcome unwritten.
+checkpoint the trainer saved (every save_steps), or from the start, and a worker that
+starts while no live worker holds the task fails it, saying so (the job kernel's recovery,
+harness_app/jobs.py). Each run claims the job (the kernel's `claim`: a new `attempt`
+number) and writes only while it is the newest: a broker that redelivers a task still
+running (Redis after its visibility timeout) makes the older run stop at its next step,
+its outcome unwritten. The job is sent, finished and failed through the kernel, so a
+broker that is down fails it with the reason, and a finished job sends `finished`.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import time
-from collections.abc import Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,22 +34,19 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
-from harness_app import queues
-from harness_app.models import PolicyConfig, PolicyKind
-from harness_app.policy_hosts import model_server_urls, policy_base_url
-from training.models import (
-    SFT_JOB_FINISHED,
-    ExportStatus,
-    SFTExport,
-    SFTJob,
-    SFTJobStatus,
-)
+from harness_app import jobs, queues
+from harness_app.models import PolicyConfig
+from training.models import ExportStatus, JobStatus, SFTExport, SFTJob
 from training.rl import publish
-from training.services.policies import adapter_policy, base_model_dir_problem
-from training.services.sft_job_settings import SFTJobError, SFTJobSettings, sft_settings_from
-from trajectories.rollout import model_server_api_key
+from training.services.jobs import (
+    job_row_fields,
+    policy_adapter_ensure_served,
+    policy_adapter_serve,
+    trainable_setup_check,
+)
+from training.services.policies import adapter_policy
+from training.sft.settings import SFTJobError, SFTJobSettings, sft_settings_from
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +68,9 @@ __all__ = [
 
 
 def trainer_module() -> ModuleType:
-    """training.sft_train, imported on first use by the training worker only (it imports
+    """training.sft.train, imported on first use by the training worker only (it imports
     torch). Tests replace this function to run jobs without a model."""
-    return importlib.import_module("training.sft_train")
+    return importlib.import_module("training.sft.train")
 
 
 def served_model_name(job: SFTJob) -> str:
@@ -95,21 +93,13 @@ def _check_export(export: SFTExport) -> None:
 
 
 def _check_setup(base_policy: PolicyConfig, base_model_dir: str) -> None:
-    if base_policy.kind != PolicyKind.OPENAI:
-        raise SFTJobError(
-            f"base_policy {base_policy.name!r} is the {base_policy.get_kind_display()}; the "
-            "adapter is served by an OpenAI-compatible (vLLM) policy's server",
-            field="base_policy",
-        )
-    problem = base_model_dir_problem(base_model_dir)
-    if problem:
-        raise SFTJobError(problem, field="base_model_dir")
-    missing = [p for p in TRAIN_PACKAGES if importlib.util.find_spec(p) is None]
-    if missing:
-        raise SFTJobError(
-            f"the trainer needs {', '.join(missing)}: install the 'train' extra "
-            "(pip install -e '.[train]')"
-        )
+    trainable_setup_check(
+        base_policy,
+        base_model_dir,
+        packages=TRAIN_PACKAGES,
+        why_vllm="the adapter is served by an OpenAI-compatible (vLLM) policy's server",
+        error=SFTJobError,
+    )
 
 
 @transaction.atomic
@@ -127,28 +117,15 @@ def sft_job_create(
     _check_export(export)
     _check_setup(base_policy, base_model_dir)
     job_settings.check()
-    job = SFTJob.objects.create(
-        name=name,
-        export=export,
-        base_policy=base_policy,
-        base_model_dir=str(Path(base_model_dir).resolve()),
-        created_by=created_by if getattr(created_by, "pk", None) else None,
-        **job_settings.as_fields(),
+    row = job_row_fields(
+        name=name, base_policy=base_policy, base_model_dir=base_model_dir, created_by=created_by
     )
+    job = SFTJob.objects.create(export=export, **row, **job_settings.as_fields())
     job.output_dir = str(settings.DATA_DIR / "sft" / f"job-{job.pk}")
     job.save(update_fields=["output_dir"])
     if enqueue:
-        job_id = job.pk
-        transaction.on_commit(lambda: sft_job_enqueue(job_id=job_id))
+        jobs.enqueue(job, queues.SFT_JOB_RUN)
     return job
-
-
-def sft_job_enqueue(*, job_id: int) -> None:
-    try:
-        queues.enqueue(queues.SFT_JOB_RUN, job_id)
-    except KombuOperationalError as exc:
-        # Never train inline when the broker is down: fail the job loudly instead.
-        _job_fail(job_id, f"the task broker is unreachable: {exc}")
 
 
 @transaction.atomic
@@ -158,10 +135,8 @@ def sft_job_cancel(*, job: SFTJob) -> bool:
     locked = SFTJob.objects.select_for_update().get(pk=job.pk)
     if locked.is_finished:
         return False
-    if locked.status == SFTJobStatus.QUEUED:
-        SFTJob.objects.filter(pk=job.pk).update(
-            status=SFTJobStatus.CANCELLED, finished_at=timezone.now()
-        )
+    if locked.status == JobStatus.QUEUED:
+        jobs.finish(locked, JobStatus.CANCELLED, running_only=False)
     else:
         SFTJob.objects.filter(pk=job.pk).update(cancel_requested=True)
     return True
@@ -173,61 +148,40 @@ def sft_job_resume(*, job: SFTJob, enqueue: bool = True) -> SFTJob:
     locked = SFTJob.objects.select_for_update().get(pk=job.pk)
     if not locked.can_resume:
         raise SFTJobError(_why_not_resumable(locked))
-    locked.status = SFTJobStatus.QUEUED
+    locked.status = JobStatus.QUEUED
     locked.cancel_requested = False
     locked.error = ""
     locked.finished_at = None
     locked.save(update_fields=["status", "cancel_requested", "error", "finished_at"])
     if enqueue:
-        job_id = locked.pk
-        transaction.on_commit(lambda: sft_job_enqueue(job_id=job_id))
+        jobs.enqueue(locked, queues.SFT_JOB_RUN)
     return locked
 
 
 def _why_not_resumable(job: SFTJob) -> str:
-    if job.status == SFTJobStatus.FAILED and job.adapter_path:
+    if job.status == JobStatus.FAILED and job.adapter_path:
         return f"SFT job {job.pk} finished training: publish its adapter instead of resuming"
-    stopped = job.status in (SFTJobStatus.CANCELLED, SFTJobStatus.FAILED)
+    stopped = job.status in (JobStatus.CANCELLED, JobStatus.FAILED)
     why = "has no checkpoint" if stopped else f"is {job.status}"
     return f"SFT job {job.pk} {why}: only a cancelled or failed job with a checkpoint resumes"
 
 
-def _job_fail(job_id: int, error: str, *, attempt: int | None = None) -> None:
-    rows = SFTJob.objects.filter(pk=job_id).exclude(status__in=SFT_JOB_FINISHED)
-    if attempt is not None:
-        rows = rows.filter(attempt=attempt)
-    rows.update(status=SFTJobStatus.FAILED, error=error, finished_at=timezone.now())
-    log.warning("SFT job %s failed: %s", job_id, error)
+def _run_fail(job: SFTJob, error: str) -> None:
+    """Fail the job while `job`'s run is the newest (a newer run owns it otherwise)."""
+    if _this_run(job).exists():
+        jobs.fail(job, error)
+    log.warning("SFT job %s failed: %s", job.pk, error)
 
 
-def sft_jobs_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
-    """SFT jobs marked running whose task no live worker holds (`in_hand`, from
-    queues.tasks_in_hand) lost their worker: each fails, saying so; one with a checkpoint
-    can be resumed (sft_job_resume). Returns how many."""
-    running = SFTJob.objects.filter(status=SFTJobStatus.RUNNING)
-    lost = [job.pk for job in running if (queues.SFT_JOB_RUN, (job.pk,)) not in in_hand]
-    for job_id in lost:
-        _job_fail(job_id, "worker_lost: its worker died mid-training; resume it to go on")
-    return len(lost)
+@jobs.lost(SFTJob)
+def _sft_job_lost(job: SFTJob) -> None:
+    """A running SFT job whose task no live worker holds lost its worker (recovered by
+    jobs.recover at worker start): it fails, saying so; one with a checkpoint can be
+    resumed (sft_job_resume)."""
+    jobs.fail(job, f"{jobs.WORKER_LOST}: its worker died mid-training; resume it to go on")
 
 
 # --- run -----------------------------------------------------------------------------------
-
-
-@transaction.atomic
-def _job_claim(job_id: int) -> tuple[SFTJob, bool] | None:
-    """The job, now running, and whether it was running already (its task redelivered
-    after its worker died); None when it is gone or finished."""
-    job = SFTJob.objects.select_for_update().select_related("base_policy").filter(pk=job_id)
-    claimed = job.first()
-    if claimed is None or claimed.is_finished:
-        return None
-    redelivered = claimed.status == SFTJobStatus.RUNNING
-    claimed.status = SFTJobStatus.RUNNING
-    claimed.attempt += 1
-    claimed.started_at = claimed.started_at or timezone.now()
-    claimed.save(update_fields=["status", "attempt", "started_at"])
-    return claimed, redelivered
 
 
 def _this_run(job: SFTJob) -> QuerySet[SFTJob]:
@@ -296,12 +250,13 @@ def chat_template() -> str | None:
 
 def sft_job_run(*, job_id: int) -> SFTJob | None:
     """The task's work: train, then publish the adapter and record the outcome."""
-    claimed = _job_claim(job_id)
-    if claimed is None:
+    redelivered = SFTJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).exists()
+    job = jobs.claim(SFTJob, job_id)
+    if job is None:
         return None
-    job, redelivered = claimed
-    # A resumed job goes on from its checkpoint; a redelivered one from the newest
-    # checkpoint its dead worker saved, if any (the trainer starts afresh without one).
+    # A resumed job goes on from its checkpoint; a redelivered one (running already: its
+    # worker died, or the broker sent it twice) from the newest checkpoint its earlier run
+    # saved, if any (the trainer starts afresh without one).
     resume = redelivered or bool(job.checkpoint_path)
     trainer = trainer_module()
     refusals = (
@@ -316,14 +271,14 @@ def sft_job_run(*, job_id: int) -> SFTJob | None:
         _train_and_publish(job, trainer, progress, resume=resume)
     except refusals as exc:
         progress.flush()
-        _job_fail(job.pk, str(exc), attempt=job.attempt)
+        _run_fail(job, str(exc))
     except DatabaseError:
         raise  # the database, not the job, is at fault
     except Exception as exc:
         # A crash would crash again on every retry: stop the job and say what happened.
         log.exception("SFT job %s: training failed", job.pk)
         progress.flush()
-        _job_fail(job.pk, f"{type(exc).__name__}: {exc}", attempt=job.attempt)
+        _run_fail(job, f"{type(exc).__name__}: {exc}")
     return SFTJob.objects.filter(pk=job_id).first()
 
 
@@ -351,7 +306,8 @@ def _train_and_publish(
         "checkpoint_path": str(result.checkpoint_dir or job.checkpoint_path),
     }
     if result.status != "completed":
-        _this_run(job).update(status=SFTJobStatus.CANCELLED, finished_at=timezone.now(), **outcome)
+        if _this_run(job).exists():
+            jobs.finish(job, JobStatus.CANCELLED, **outcome)
         return
     # The trained adapter is recorded before it is published, so a refused publish (a
     # server whose --max-lora-rank is below the job's rank, say) loses no training:
@@ -373,26 +329,18 @@ def _job_settings(job: SFTJob) -> SFTJobSettings:
     return SFTJobSettings(**{name: getattr(job, name) for name in fields})
 
 
-def _base_url(job: SFTJob) -> str:
-    return policy_base_url(job.base_policy)
-
-
 def _publish(job: SFTJob) -> None:
     """Serve the adapter from the base policy's server, write its policy (the base
     policy's settings, the adapter's model name) and mark the job completed."""
-    base_url = _base_url(job)
     name = served_model_name(job)
-    publish.adapters_serve(
-        model_server_urls(base_url),
-        name=name,
-        path=Path(job.adapter_path),
-        api_key=model_server_api_key(base_url),
-    )
+    policy_adapter_serve(job.base_policy, name=name, path=Path(job.adapter_path))
     with transaction.atomic():
         policy = adapter_policy(job.base_policy, name=name, model=name)
-        SFTJob.objects.filter(pk=job.pk).update(
-            status=SFTJobStatus.COMPLETED, policy=policy, error="", finished_at=timezone.now()
-        )
+        if not jobs.finish(job, policy=policy, error=""):
+            # A failed job's adapter published later (sft_job_publish) completes it now.
+            SFTJob.objects.filter(pk=job.pk).update(
+                status=JobStatus.COMPLETED, policy=policy, error="", finished_at=timezone.now()
+            )
 
 
 def sft_job_publish(*, job: SFTJob) -> bool:
@@ -400,9 +348,9 @@ def sft_job_publish(*, job: SFTJob) -> bool:
     (a restarted vLLM drops runtime adapters), or for the first time, completing a job
     whose publish failed. True when the adapter had to be loaded. Raises SFTJobError
     without an adapter, PublishError when the server refuses."""
-    if job.status == SFTJobStatus.COMPLETED and job.policy is not None:
+    if job.status == JobStatus.COMPLETED and job.policy is not None:
         return sft_job_ensure_served(job=job)
-    if job.status != SFTJobStatus.FAILED or not job.adapter_path:
+    if job.status != JobStatus.FAILED or not job.adapter_path:
         raise SFTJobError(f"SFT job {job.pk} is {job.status} without a trained adapter to publish")
     _publish(job)
     return True
@@ -413,11 +361,6 @@ def sft_job_ensure_served(*, job: SFTJob) -> bool:
     runtime adapters); True when it had to be loaded. Raises PublishError."""
     if job.policy is None or not job.adapter_path:
         raise SFTJobError(f"SFT job {job.pk} has no published adapter")
-    base_url = _base_url(job)
-    loaded = publish.adapters_ensure_served(
-        model_server_urls(base_url),
-        name=job.policy.model,
-        path=Path(job.adapter_path),
-        api_key=model_server_api_key(base_url),
+    return policy_adapter_ensure_served(
+        job.base_policy, name=job.policy.model, path=Path(job.adapter_path)
     )
-    return bool(loaded)

@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
-from harness_app.api import ResearcherWrites, request_user
+from harness_app.api import NOT_QUEUED_ANSWER, ResearcherWrites, not_queued, request_user
 from trajectories.models import AblationMatrix
 from trajectories.serializers import AblationMatrixCreateSerializer, AblationMatrixSerializer
 from trajectories.services import ablations
@@ -33,7 +33,8 @@ class AblationMatrixViewSet(
         return matrices.order_by("-pk")
 
     @extend_schema(
-        request=AblationMatrixCreateSerializer, responses={201: AblationMatrixSerializer}
+        request=AblationMatrixCreateSerializer,
+        responses={201: AblationMatrixSerializer, 503: NOT_QUEUED_ANSWER},
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Create the matrix and queue its one task once it is committed."""
@@ -46,4 +47,5 @@ class AblationMatrixViewSet(
         except ablations.MatrixParameterError as exc:
             field = exc.field or api_settings.NON_FIELD_ERRORS_KEY
             raise ValidationError({field: [str(exc)]}) from None
-        return Response(AblationMatrixSerializer(matrix).data, status=status.HTTP_201_CREATED)
+        body = AblationMatrixSerializer(matrix).data
+        return not_queued(matrix, body) or Response(body, status=status.HTTP_201_CREATED)

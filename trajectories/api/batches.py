@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
-from harness_app.api import ResearcherWrites, request_user
+from harness_app.api import NOT_QUEUED_ANSWER, ResearcherWrites, not_queued, request_user
 from trajectories.models import RolloutBatch
 from trajectories.selectors import batches
 from trajectories.serializers import (
@@ -26,7 +26,7 @@ from trajectories.serializers import (
     BatchSerializer,
     BatchStatusSerializer,
 )
-from trajectories.services import rollouts
+from trajectories.services import resends, rollouts
 
 
 class BatchViewSet(
@@ -50,9 +50,13 @@ class BatchViewSet(
         summary = batches.batch_summary(batch=batch)
         return Response(BatchStatusSerializer(batch, context={"summary": summary}).data)
 
-    @extend_schema(request=BatchCreateSerializer, responses={201: BatchSerializer})
+    @extend_schema(
+        request=BatchCreateSerializer, responses={201: BatchSerializer, 503: NOT_QUEUED_ANSWER}
+    )
     def create(self, request: Request) -> Response:
-        """Create the batch and queue one task per episode once it is committed."""
+        """Create the batch and queue one task per episode once it is committed. When the
+        task broker is down: 503, the batch kept and failed with the reason in `detail`;
+        re-send it with POST /api/batches/{id}/resend/ once the broker is back."""
         form = BatchCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
@@ -60,7 +64,8 @@ class BatchViewSet(
         except rollouts.BatchParameterError as exc:
             field = exc.field or api_settings.NON_FIELD_ERRORS_KEY
             raise ValidationError({field: [str(exc)]}) from None
-        return Response(BatchSerializer(batch).data, status=status.HTTP_201_CREATED)
+        body = BatchSerializer(batch).data
+        return not_queued(batch, body) or Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: BatchCancelSerializer})
     @action(detail=True, methods=["post"])
@@ -70,3 +75,20 @@ class BatchViewSet(
         cancelled = rollouts.batch_cancel(batch=batch)
         batch.refresh_from_db()
         return Response({"cancelled": cancelled, "status": batch.status})
+
+    @extend_schema(
+        request=None, responses={202: BatchSerializer, 409: None, 503: NOT_QUEUED_ANSWER}
+    )
+    @action(detail=True, methods=["post"])
+    def resend(self, request: Request, pk: str) -> Response:
+        """Send again a batch whose episodes could not be sent (the broker was down): its
+        pending episodes, each run once. 409 for a batch that was sent; 503, with the
+        reason in `detail`, while the broker is still down."""
+        batch = self.get_object()
+        try:
+            resends.batch_resend(batch=batch)
+        except resends.BatchNotResendable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        batch.refresh_from_db()
+        body = BatchSerializer(batch).data
+        return not_queued(batch, body) or Response(body, status=status.HTTP_202_ACCEPTED)

@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
-from harness_app.api import IsResearcher, request_user
+from harness_app.api import NOT_QUEUED_ANSWER, IsResearcher, not_queued, request_user
 from trajectories.models import EvaluationRun
 from trajectories.selectors import evaluations as selectors
 from trajectories.serializers import (
@@ -65,7 +65,10 @@ class EvaluationRunViewSet(
             EvaluationRunDetailSerializer(evaluation, context={"configs": configs}).data
         )
 
-    @extend_schema(request=EvaluationRunCreateSerializer, responses={201: EvaluationRunSerializer})
+    @extend_schema(
+        request=EvaluationRunCreateSerializer,
+        responses={201: EvaluationRunSerializer, 503: NOT_QUEUED_ANSWER},
+    )
     def create(self, request: Request) -> Response:
         """Create the run and one batch per cell and run; episodes are queued on commit."""
         form = EvaluationRunCreateSerializer(data=request.data)
@@ -77,7 +80,11 @@ class EvaluationRunViewSet(
         except evaluations.EvaluationParameterError as exc:
             raise _field_error(exc) from None
         created = self.get_queryset().get(pk=evaluation.pk)
-        return Response(EvaluationRunSerializer(created).data, status=status.HTTP_201_CREATED)
+        body = EvaluationRunSerializer(created).data
+        # Its batches are what is sent: the first tells whether the broker took them.
+        first = evaluation.batches.order_by("pk").first()
+        refused = not_queued(first, body) if first is not None else None
+        return refused or Response(body, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: EvaluationCancelSerializer})
     @action(detail=True, methods=["post"])

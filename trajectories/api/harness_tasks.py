@@ -16,7 +16,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from harness_app.api import ResearcherWrites, request_user
+from harness_app.api import NOT_QUEUED_ANSWER, ResearcherWrites, not_queued, request_user
 from harness_app.ids import as_id, id_problem
 from harness_app.serializers import RowIdField
 from trajectories.agent_clis import CLI_KINDS
@@ -181,7 +181,10 @@ class HarnessGroupViewSet(
     def get_serializer_class(self) -> type[serializers.BaseSerializer[HarnessGroup]]:
         return HarnessGroupDetailSerializer if self.action == "retrieve" else HarnessGroupSerializer
 
-    @extend_schema(request=HarnessGroupLaunchSerializer, responses={201: HarnessGroupSerializer})
+    @extend_schema(
+        request=HarnessGroupLaunchSerializer,
+        responses={201: HarnessGroupSerializer, 503: NOT_QUEUED_ANSWER},
+    )
     def create(self, request: Request) -> Response:
         """Launch N runs of the task: each gets a recording session and a worker task."""
         form = HarnessGroupLaunchSerializer(data=request.data)
@@ -193,4 +196,8 @@ class HarnessGroupViewSet(
         except HarnessTaskError as exc:
             raise _invalid(exc) from None
         fresh = self.get_queryset().get(pk=group.pk)
-        return Response(HarnessGroupDetailSerializer(fresh).data, status=status.HTTP_201_CREATED)
+        body = HarnessGroupDetailSerializer(fresh).data
+        # Each run is a job sent on its own: the first tells whether the broker took them.
+        first = group.runs.order_by("index").first()
+        refused = not_queued(first, body) if first is not None else None
+        return refused or Response(body, status=status.HTTP_201_CREATED)

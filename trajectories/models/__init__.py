@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import models
 
 from harness_app.harness.llm.reconstruct import CallTokens
+from harness_app.jobs import Job
 from trajectories.models.ablations import AblationMatrix as AblationMatrix
 from trajectories.models.ablations import MatrixStatus as MatrixStatus
 from trajectories.models.annotations import Annotation as Annotation
@@ -114,7 +115,10 @@ class AnnotationStatus(models.TextChoices):
     DISPUTED = "disputed", "Disputed (approved and rejected)"
 
 
-class RolloutBatch(models.Model):
+class RolloutBatch(Job):
+    """A batch of episodes, one task each (its `attempt` counts its sends after the first:
+    a batch whose sends failed is re-sent from its page or the API)."""
+
     benchmark = models.ForeignKey("harness_app.Benchmark", on_delete=models.PROTECT)
     policy = models.ForeignKey("harness_app.PolicyConfig", on_delete=models.PROTECT)
     ablation = models.JSONField(default=dict, help_text="harness Ablation.to_json()")
@@ -144,11 +148,9 @@ class RolloutBatch(models.Model):
     episodes_total = models.PositiveIntegerField(default=0)
     episodes_completed = models.PositiveIntegerField(default=0)
     episodes_failed = models.PositiveIntegerField(default=0)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+
+    DONE = BatchStatus.COMPLETED
+    FINISHED = (BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.CANCELLED)
 
     class Meta:
         ordering = ["-created_at"]

@@ -8,9 +8,10 @@ The result is the harness's own `ablate.matrix_report()` document, the same JSON
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
+from harness_app import queues
+from harness_app.jobs import Job
 from harness_app.models import RetrieverKind
 
 
@@ -21,7 +22,7 @@ class MatrixStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
-class AblationMatrix(models.Model):
+class AblationMatrix(Job):
     benchmark = models.ForeignKey(
         "harness_app.Benchmark", on_delete=models.PROTECT, related_name="ablation_matrices"
     )
@@ -44,13 +45,8 @@ class AblationMatrix(models.Model):
     episodes_total = models.PositiveIntegerField(default=0)
     episodes_done = models.PositiveIntegerField(default=0)
     result = models.JSONField(default=dict, help_text="harness ablate.matrix_report(), once done")
-    error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+
+    TASK = queues.ABLATION_MATRIX_RUN
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -58,10 +54,6 @@ class AblationMatrix(models.Model):
 
     def __str__(self) -> str:
         return f"ablation matrix {self.pk} ({self.policy}, {self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (MatrixStatus.DONE, MatrixStatus.FAILED)
 
     @property
     def progress(self) -> float:

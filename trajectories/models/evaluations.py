@@ -8,8 +8,9 @@ batches' episodes (trajectories/selectors/evaluations.py); nothing is stored twi
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
+
+from harness_app.jobs import Job
 
 
 class EvaluationStatus(models.TextChoices):
@@ -18,7 +19,9 @@ class EvaluationStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-class EvaluationRun(models.Model):
+class EvaluationRun(Job):
+    """Started running: its batches are what the workers run (no task of its own)."""
+
     name = models.CharField(max_length=200, blank=True)
     benchmarks = models.ManyToManyField("harness_app.Benchmark", related_name="evaluation_runs")
     policies = models.ManyToManyField("harness_app.PolicyConfig", related_name="evaluation_runs")
@@ -29,18 +32,12 @@ class EvaluationRun(models.Model):
     status = models.CharField(
         max_length=10, choices=EvaluationStatus.choices, default=EvaluationStatus.RUNNING
     )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+
+    QUEUED = EvaluationStatus.RUNNING
+    FINISHED = (EvaluationStatus.DONE, EvaluationStatus.CANCELLED)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
 
     def __str__(self) -> str:
         return f"evaluation run {self.pk} ({self.name or self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status != EvaluationStatus.RUNNING

@@ -13,6 +13,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from harness_app import queues
+from harness_app.jobs import Job
+
 
 class HarnessTask(models.Model):
     name = models.CharField(max_length=200)
@@ -91,7 +94,7 @@ class HarnessGroup(models.Model):
         return f"harness-group-{self.pk}"
 
 
-class HarnessRun(models.Model):
+class HarnessRun(Job):
     group = models.ForeignKey(HarnessGroup, on_delete=models.CASCADE, related_name="runs")
     index = models.PositiveIntegerField()
     session = models.OneToOneField(
@@ -107,10 +110,12 @@ class HarnessRun(models.Model):
     stdout = models.TextField(blank=True, help_text="the harness's stdout tail")
     stderr = models.TextField(blank=True, help_text="the harness's stderr tail")
     seconds = models.FloatField(null=True, blank=True, help_text="the harness's wall time")
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+
+    # An infrastructure failure is an error; `failed` is the harness's own non-zero exit.
+    DONE = HarnessRunStatus.SUCCEEDED
+    FAILED = HarnessRunStatus.ERROR
+    FINISHED = FINISHED_RUN
+    TASK = queues.HARNESS_RUN
 
     class Meta:
         ordering = ["group", "index"]
@@ -120,7 +125,3 @@ class HarnessRun(models.Model):
 
     def __str__(self) -> str:
         return f"harness run {self.pk} (group {self.group_id}, #{self.index})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in FINISHED_RUN

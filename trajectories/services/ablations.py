@@ -6,21 +6,20 @@ as `python -m harness_app.harness ablate` (`harness_app.harness.ablate.matrix_ru
 progress (episodes done of total) is written to the row as it goes; the result is written
 once, together with the status `done`, so no reader ever sees half a result. Any failure
 marks the row `failed` with a message and leaves the result empty. A run that a crashed
-worker left `running` is redone from the start when its task is delivered again.
+worker left `running` is redone from the start when its task is delivered again, or failed
+by the job kernel's recovery (harness_app/jobs.py) when a worker starts and none holds it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.harness.ablate import Progress, matrix_report, matrix_run
 from harness_app.harness.ablation import REFERENCE_CONDITIONS, reference_conditions
 from harness_app.harness.config import HarnessConfig
@@ -120,75 +119,24 @@ def ablation_matrix_create(
         episodes_total=len(names) * runs * queries,
         created_by=created_by if getattr(created_by, "pk", None) else None,
     )
-    matrix_id = matrix.pk
-    transaction.on_commit(lambda: _enqueue(matrix_id))
+    jobs.enqueue(matrix, queues.ABLATION_MATRIX_RUN)
     return matrix
-
-
-def _enqueue(matrix_id: int) -> None:
-    try:
-        queues.enqueue(queues.ABLATION_MATRIX_RUN, matrix_id)
-    except KombuOperationalError as exc:
-        # Never run inline in the web process: say so on the row instead.
-        log.warning("could not queue ablation matrix %s: %s", matrix_id, exc)
-        AblationMatrix.objects.filter(pk=matrix_id, status=MatrixStatus.QUEUED).update(
-            status=MatrixStatus.FAILED,
-            error=f"not queued, the task broker is unreachable: {exc}",
-            finished_at=timezone.now(),
-        )
 
 
 def ablation_matrix_run(*, matrix_id: int) -> AblationMatrix | None:
     """Run every condition x run x query and store the report; a finished matrix is left as
     it is. Returns the matrix as it stands afterwards, None when it no longer exists."""
-    matrix = _matrix_claim(matrix_id)
+    matrix = jobs.claim(AblationMatrix, matrix_id, episodes_done=0)
     if matrix is None:
         return AblationMatrix.objects.filter(pk=matrix_id).first()
     try:
         report = _matrix_play(matrix)
     except Exception as exc:
         log.exception("ablation matrix %s failed", matrix_id)
-        AblationMatrix.objects.filter(pk=matrix_id, status=MatrixStatus.RUNNING).update(
-            status=MatrixStatus.FAILED,
-            error=f"{type(exc).__name__}: {exc}",
-            finished_at=timezone.now(),
-        )
+        jobs.fail(matrix, f"{type(exc).__name__}: {exc}")
     else:
-        AblationMatrix.objects.filter(pk=matrix_id, status=MatrixStatus.RUNNING).update(
-            status=MatrixStatus.DONE,
-            result=report,
-            episodes_done=matrix.episodes_total,
-            finished_at=timezone.now(),
-        )
+        jobs.finish(matrix, result=report, episodes_done=matrix.episodes_total)
     matrix.refresh_from_db()
-    return matrix
-
-
-def ablation_matrices_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
-    """Matrices marked running whose task no live worker holds (`in_hand`, from
-    queues.tasks_in_hand) lost their worker: each fails, saying so (its episodes are in
-    memory only, so nothing is left to clean). Returns how many."""
-    running = AblationMatrix.objects.filter(status=MatrixStatus.RUNNING)
-    lost = [m.pk for m in running if (queues.ABLATION_MATRIX_RUN, (m.pk,)) not in in_hand]
-    AblationMatrix.objects.filter(pk__in=lost, status=MatrixStatus.RUNNING).update(
-        status=MatrixStatus.FAILED,
-        error="worker_lost: its worker died mid-run; run the matrix again",
-        finished_at=timezone.now(),
-    )
-    for matrix_id in lost:
-        log.warning("ablation matrix %s lost its worker: failed", matrix_id)
-    return len(lost)
-
-
-@transaction.atomic
-def _matrix_claim(matrix_id: int) -> AblationMatrix | None:
-    matrix = AblationMatrix.objects.select_for_update().filter(pk=matrix_id).first()
-    if matrix is None or matrix.is_finished:
-        return None
-    matrix.status = MatrixStatus.RUNNING
-    matrix.started_at = timezone.now()
-    matrix.episodes_done = 0
-    matrix.save(update_fields=["status", "started_at", "episodes_done"])
     return matrix
 
 

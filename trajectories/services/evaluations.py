@@ -5,8 +5,9 @@ is an ordinary rollout batch (`rollouts.batch_create`, one sample per query), ta
 evaluation, condition and run index, so the rollout workers run it like any other batch: the
 baseline on the `rollouts` queue, model policies on `rollouts_llm`. Everything is written in
 one transaction and the batches' episodes are sent once it commits; a refused parameter
-leaves nothing behind. The run is done when its last batch finishes (`_batch_progress` in
-rollouts.py calls `evaluation_batch_finished`).
+leaves nothing behind. The run is done when its last batch finishes: it subscribes to the
+job kernel's `finished` signal for batches (harness_app/jobs.py), so rollouts.py, which
+this module builds on, never calls up into it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import receiver
 from django.utils import timezone
 
+from harness_app import jobs
 from harness_app.harness.ablation import REFERENCE_CONDITIONS, condition_name
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import BatchStatus, EvaluationRun, EvaluationStatus, RolloutBatch
@@ -148,14 +151,21 @@ def _batch(
         raise EvaluationParameterError(str(exc), field=fields.get(exc.field or "")) from None
 
 
+@receiver(jobs.finished, sender=RolloutBatch)
+def _batch_finished(*, job: RolloutBatch, **_: object) -> None:
+    if job.evaluation_id is not None:
+        evaluation_batch_finished(evaluation_id=job.evaluation_id)
+
+
 @transaction.atomic
 def evaluation_batch_finished(*, evaluation_id: int) -> bool:
     """Mark the run done once none of its batches is queued or running; True when it did.
 
-    Called by each batch as it finishes, inside the transaction that finishes it. The run's
-    row is locked first, so two batches finishing at once cannot each see the other still
-    running: the second waits, then reads the first's committed status. Callers lock their
-    batch before this (batch, then run), the one order every path takes.
+    Called as each of its batches finishes (jobs.finished), inside the transaction that
+    finishes it. The run's row is locked first, so two batches finishing at once cannot
+    each see the other still running: the second waits, then reads the first's committed
+    status. The batch is locked before this (batch, then run), the one order every path
+    takes.
     """
     evaluation = EvaluationRun.objects.select_for_update().filter(pk=evaluation_id).first()
     if evaluation is None or evaluation.is_finished:
@@ -163,10 +173,7 @@ def evaluation_batch_finished(*, evaluation_id: int) -> bool:
     active = RolloutBatch.objects.filter(evaluation_id=evaluation_id, status__in=ACTIVE_BATCH)
     if active.exists():
         return False
-    done = EvaluationRun.objects.filter(pk=evaluation_id, status=EvaluationStatus.RUNNING).update(
-        status=EvaluationStatus.DONE, finished_at=timezone.now()
-    )
-    return bool(done)
+    return jobs.finish(evaluation)
 
 
 @transaction.atomic

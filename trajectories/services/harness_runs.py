@@ -25,18 +25,18 @@ import shutil
 import subprocess
 import tempfile
 import traceback
-from collections.abc import Collection
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
+from django.dispatch import receiver
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.wire.errors import ProtocolError
 from harness_app.wire.sampling import sampling_overrides_parse
 from trajectories import agent_clis
@@ -46,6 +46,7 @@ from trajectories.models import (
     HarnessRun,
     HarnessRunStatus,
     HarnessTask,
+    RecordingSession,
 )
 from trajectories.models.harness_tasks import FINISHED_RUN
 from trajectories.services import recording
@@ -239,7 +240,7 @@ def harness_group_launch(
             )
         except recording.RecordingError as exc:  # the sampling overrides' values
             raise HarnessTaskError(str(exc), exc.field) from exc
-        HarnessRun.objects.create(group=group, index=index, session=session)
+        HarnessRun.objects.create(group=group, index=index, session=session, created_by=user)
     if enqueue:
         group_id = group.pk
         transaction.on_commit(lambda: harness_group_enqueue(group_id=group_id))
@@ -254,12 +255,10 @@ def harness_group_enqueue(*, group_id: int) -> int:
         .order_by("index")
         .values_list("pk", flat=True)
     )
-    for run_id in ids:
-        try:
-            queues.enqueue(queues.HARNESS_RUN, run_id, time_limit=run_time_limit(task))
-        except KombuOperationalError as exc:
-            # Never run a harness inline when the broker is down: say so on the run.
-            harness_run_fail(run_id=run_id, error=f"the task broker is unreachable: {exc}")
+    limit = run_time_limit(task)
+    for run in HarnessRun.objects.filter(pk__in=ids).order_by("index"):
+        # A broker that is down fails the run, saying so: a harness never runs inline.
+        jobs.send_now(run, partial(queues.enqueue, queues.HARNESS_RUN, run.pk, time_limit=limit))
     return len(ids)
 
 
@@ -298,7 +297,8 @@ def _run_claim(run_id: int) -> tuple[HarnessRun | None, bool]:
         return run, False
     run.status = HarnessRunStatus.RUNNING
     run.started_at = timezone.now()
-    run.save(update_fields=["status", "started_at"])
+    run.attempt += 1
+    run.save(update_fields=["status", "started_at", "attempt"])
     HarnessGroup.objects.filter(pk=run.group_id, status=HarnessGroupStatus.QUEUED).update(
         status=HarnessGroupStatus.RUNNING
     )
@@ -452,23 +452,15 @@ def eval_reward(*, exit_code: int | None, stdout: str) -> float:
 
 
 def _run_finish(run_id: int, outcome: RunOutcome) -> None:
-    """Save the outcome, close the session with the reward, finish the group when done.
+    """Save the outcome (its session is closed with the reward as the run finishes).
 
     The first outcome stays: a run already finished (marked lost by a redelivery of its
     task while it still ran, say) is not rewritten by the attempt that finishes later.
     """
-    with transaction.atomic():
-        run = HarnessRun.objects.select_for_update().select_related("session").get(pk=run_id)
-        if run.is_finished:
-            log.warning(
-                "harness run %s already finished as %s; %s dropped",
-                run_id,
-                run.status,
-                outcome.status,
-            )
-            return
+    run = HarnessRun.objects.get(pk=run_id)
+    fields = {
+        name: getattr(outcome, name)
         for name in (
-            "status",
             "exit_code",
             "reward",
             "eval_exit_code",
@@ -477,17 +469,27 @@ def _run_finish(run_id: int, outcome: RunOutcome) -> None:
             "stderr",
             "seconds",
             "error",
-        ):
-            setattr(run, name, getattr(outcome, name))
-        run.finished_at = timezone.now()
-        run.save()
-        if run.session.closed_at is None:
-            recording.recording_session_close(
-                session=run.session,
-                reward=outcome.reward,
-                metadata={"harness_run": run.pk, "harness_status": outcome.status},
-            )
-        _group_finish_if_done(run.group_id)
+        )
+    }
+    if not jobs.finish(run, outcome.status, running_only=False, **fields):
+        run.refresh_from_db(fields=["status"])
+        log.warning(
+            "harness run %s already finished as %s; %s dropped", run_id, run.status, outcome.status
+        )
+
+
+@receiver(jobs.finished, sender=HarnessRun)
+def _run_finished(*, job: HarnessRun, **_: object) -> None:
+    """However a run finished (its outcome, a broker that refused its task, a lost
+    worker), its session closes with the reward and its group finishes with its last run."""
+    session = RecordingSession.objects.select_for_update().get(pk=job.session_id)
+    if session.closed_at is None:
+        recording.recording_session_close(
+            session=session,
+            reward=job.reward,
+            metadata={"harness_run": job.pk, "harness_status": job.status},
+        )
+    _group_finish_if_done(job.group_id)
 
 
 def _group_finish_if_done(group_id: int) -> None:
@@ -505,14 +507,3 @@ def harness_run_fail(*, run_id: int, error: str) -> str:
         return "skipped"
     _run_finish(run_id, RunOutcome(status=HarnessRunStatus.ERROR, error=error))
     return HarnessRunStatus.ERROR
-
-
-def harness_runs_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
-    """Runs marked running whose task no live worker holds (`in_hand`, from
-    queues.tasks_in_hand) lost their worker: each is an error, saying so, its session
-    closed, without waiting for the broker to redeliver the task. Returns how many."""
-    running = HarnessRun.objects.filter(status=HarnessRunStatus.RUNNING)
-    lost = [r.pk for r in running if (queues.HARNESS_RUN, (r.pk,)) not in in_hand]
-    for run_id in lost:
-        harness_run_fail(run_id=run_id, error="worker_lost: the worker running it died")
-    return len(lost)

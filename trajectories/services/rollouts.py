@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.harness import jsondelta
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.llm.client import ModelCallRecord
@@ -34,7 +34,6 @@ from trajectories.models import (
     UNSCORED_EPISODE,
     BatchStatus,
     Episode,
-    EpisodeKind,
     EpisodeStatus,
     ModelCall,
     RolloutBatch,
@@ -173,7 +172,7 @@ def batch_create(
         for g in groups
         for s in range(samples_per_query)
     )
-    transaction.on_commit(lambda: batch_enqueue(batch_id=batch.pk))
+    jobs.send(batch, lambda: batch_enqueue(batch_id=batch.pk))
     return batch
 
 
@@ -213,7 +212,11 @@ def _only_queries(
 
 
 def batch_enqueue(*, batch_id: int) -> int:
-    """Send one task per pending episode of the batch; returns how many were sent."""
+    """Send one task per pending episode of the batch; returns how many were sent.
+
+    Raises kombu's OperationalError when the broker is down: callers send through the job
+    kernel (`jobs.send`, `jobs.send_now`), which fails the batch saying so; its episodes
+    stay pending, and `batch_resend` sends them once the broker is back."""
     batch = RolloutBatch.objects.select_related("policy").get(pk=batch_id)
     queue = rollout_queue(batch.policy)
     ids = list(
@@ -237,12 +240,10 @@ def batch_cancel(*, batch: RolloutBatch) -> int:
         status=EpisodeStatus.CANCELLED, termination_reason="cancelled", finished_at=now
     )
     RolloutBatch.objects.filter(pk=batch.pk).update(
-        status=BatchStatus.CANCELLED,
-        episodes_failed=F("episodes_failed") + cancelled,
-        finished_at=now,
+        episodes_failed=F("episodes_failed") + cancelled
     )
-    if batch.evaluation_id is not None:
-        _evaluation_batch_finished(batch.evaluation_id)
+    batch.refresh_from_db(fields=["episodes_failed"])
+    jobs.finish(batch, BatchStatus.CANCELLED, running_only=False)
     return cancelled
 
 
@@ -505,32 +506,6 @@ def _batch_progress(*, batch_id: int, ok: bool, count: int = 1) -> None:
         episodes_total__lte=F("episodes_completed") + F("episodes_failed"),
     )
     for batch in finished.select_for_update():
-        batch.status = BatchStatus.FAILED if batch.episodes_failed else BatchStatus.COMPLETED
-        batch.finished_at = timezone.now()
-        batch.save(update_fields=["status", "finished_at"])
-        if batch.evaluation_id is not None:
-            _evaluation_batch_finished(batch.evaluation_id)
-
-
-def _evaluation_batch_finished(evaluation_id: int) -> None:
-    # Imported here: the evaluation service builds on this module.
-    from trajectories.services.evaluations import evaluation_batch_finished
-
-    evaluation_batch_finished(evaluation_id=evaluation_id)
-
-
-def episodes_recover_stale() -> int:
-    """Put episodes whose worker died (no heartbeat for EPISODE_STALE_AFTER_S) back in the
-    queue. Runs when a worker starts, so a restarted worker picks up what a killed one held;
-    with Redis, acks_late redelivery covers the same case from the broker's side."""
-    cutoff = timezone.now() - stale_after()
-    stale = Episode.objects.filter(
-        kind=EpisodeKind.ROLLOUT, status=EpisodeStatus.RUNNING, heartbeat_at__lt=cutoff
-    )
-    batch_ids = set(stale.values_list("batch_id", flat=True))
-    count = stale.update(status=EpisodeStatus.PENDING)
-    for batch_id in batch_ids:
-        batch_enqueue(batch_id=batch_id)
-    if count:
-        log.warning("re-queued %d stale episodes from batches %s", count, sorted(batch_ids))
-    return count
+        # Its owners (an evaluation, an RL job) hear of it through jobs.finished.
+        status = BatchStatus.FAILED if batch.episodes_failed else BatchStatus.COMPLETED
+        jobs.finish(batch, status, running_only=False)

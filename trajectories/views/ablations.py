@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
+from harness_app import jobs
 from harness_app.roles import browse_required, researcher_required
 from trajectories.forms import AblationMatrixLaunchForm
 from trajectories.models import AblationMatrix, MatrixStatus
@@ -43,11 +44,14 @@ def ablation_launch(request: HttpRequest) -> HttpResponse:
         except ablations.MatrixParameterError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, str(exc))
         else:
-            messages.success(
-                request,
-                f"Ablation matrix {matrix.pk} queued: {matrix.episodes_total} episodes.",
-            )
-            return redirect("ablation_detail", pk=matrix.pk)
+            reason = jobs.send_error(matrix)
+            if not reason:
+                messages.success(
+                    request,
+                    f"Ablation matrix {matrix.pk} queued: {matrix.episodes_total} episodes.",
+                )
+                return redirect("ablation_detail", pk=matrix.pk)
+            form.add_error(None, f"ablation matrix {matrix.pk} could not start: {reason}")
     return render(request, "trajectories/ablation_launch.html", {"form": form})
 
 

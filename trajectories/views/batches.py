@@ -1,4 +1,5 @@
-"""The batch pages: launch a rollout batch, follow its progress live, cancel it."""
+"""The batch pages: launch a rollout batch, follow its progress live, cancel it, re-send
+one whose episodes could not be sent (the task broker was down)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from harness_app import jobs
 from harness_app.roles import browse_required, researcher_required
 from trajectories.forms import BatchLaunchForm
 from trajectories.models import RolloutBatch
 from trajectories.selectors import batches
-from trajectories.services import rollouts
+from trajectories.services import resends, rollouts
 
 
 def _batch_or_404(pk: int) -> RolloutBatch:
@@ -30,6 +32,12 @@ def batch_launch(request: HttpRequest) -> HttpResponse:
     form = BatchLaunchForm(request.POST or None, initial=_launch_initial(request))
     if request.method == "POST" and form.is_valid():
         batch = _launch(request, form)
+        reason = jobs.send_error(batch) if batch is not None else ""
+        if batch is not None and reason:
+            # The batch is kept: its page re-sends it once the broker is back.
+            form.add_error(None, f"batch {batch.pk} was created but not sent: {reason}")
+            context = {"form": form, "not_queued_batch": batch}
+            return render(request, "trajectories/batch_launch.html", context)
         if batch is not None:
             messages.success(request, f"Batch {batch.pk} queued: {batch.episodes_total} episodes.")
             return redirect("batch_detail", pk=batch.pk)
@@ -88,6 +96,7 @@ def _live_context(request: HttpRequest, batch: RolloutBatch) -> dict[str, Any]:
         "metrics": batches.batch_metrics(batch=batch),
         "groups": batches.batch_groups_page(batch=batch, page=request.GET.get("page")),
         "teacher": batches.teacher_summary(batch=batch),
+        "not_queued": jobs.send_error(batch, reread=False),
     }
 
 
@@ -99,4 +108,21 @@ def batch_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     messages.success(
         request, f"Batch {batch.pk} cancelled; {cancelled} pending episodes will not run."
     )
+    return redirect("batch_detail", pk=batch.pk)
+
+
+@researcher_required
+@require_POST
+def batch_resend(request: HttpRequest, pk: int) -> HttpResponse:
+    batch = _batch_or_404(pk)
+    try:
+        pending = resends.batch_resend(batch=batch)
+    except resends.BatchNotResendable as exc:
+        messages.error(request, str(exc))
+        return redirect("batch_detail", pk=batch.pk)
+    reason = jobs.send_error(batch)
+    if reason:
+        messages.error(request, f"Batch {batch.pk} was not sent again: {reason}")
+    else:
+        messages.success(request, f"Batch {batch.pk} re-sent: {pending} pending episodes queued.")
     return redirect("batch_detail", pk=batch.pk)

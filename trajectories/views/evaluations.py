@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from harness_app import jobs
 from harness_app.ids import as_id, id_problem
 from harness_app.roles import researcher_required
 from trajectories.forms import EvaluationRunLaunchForm
@@ -49,9 +50,15 @@ def evaluation_launch(request: HttpRequest) -> HttpResponse:
         except evaluations.EvaluationParameterError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, str(exc))
         else:
-            batches = evaluation.batches.count()
-            messages.success(request, f"Evaluation run {evaluation.pk} queued: {batches} batches.")
-            return redirect("evaluation_detail", pk=evaluation.pk)
+            first = evaluation.batches.order_by("pk").first()
+            reason = jobs.send_error(first) if first is not None else ""
+            if not reason:
+                batches = evaluation.batches.count()
+                messages.success(
+                    request, f"Evaluation run {evaluation.pk} queued: {batches} batches."
+                )
+                return redirect("evaluation_detail", pk=evaluation.pk)
+            form.add_error(None, f"evaluation run {evaluation.pk} could not start: {reason}")
     return render(request, "trajectories/evaluation_launch.html", {"form": form})
 
 

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from harness_app.harness.llm.reconstruct import PREFIX_MERGE
 from training.models import ExportFormat, ExportStatus
-from training.services.sft_exports import ExportError, sft_export_create, sft_export_run
+from training.services.exports import ExportError, sft_export_create, sft_export_run
 
 
 def parse_filters(items: list[str]) -> dict[str, str]:

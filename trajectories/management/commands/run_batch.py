@@ -1,5 +1,9 @@
 """python manage.py run_batch --benchmark NAME --policy NAME [--samples N] [--limit Q]
-[--ablate M ...] [--max-turns T] [--termination last_tool|max_turns] [--wait] [--json]"""
+[--ablate M ...] [--max-turns T] [--termination last_tool|max_turns] [--wait] [--json]
+python manage.py run_batch --resend BATCH_ID   (a batch whose episodes could not be sent)
+
+When the task broker is down the batch is kept, failed with the reason, and the command
+prints an `error:` line saying so and how to re-send it, and exits 1."""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.models import Benchmark, PolicyConfig
 from trajectories.models import BatchStatus, RolloutBatch
 from trajectories.prefixes import PrefixFileError, prefixes_read
 from trajectories.selectors.batches import batch_summary
+from trajectories.services.resends import BatchNotResendable, batch_resend
 from trajectories.services.rollouts import BatchParameterError, batch_create, rollout_queue
 
 FINISHED = (BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.CANCELLED)
@@ -25,8 +30,14 @@ class Command(BaseCommand):
     help = "Create a rollout batch; with --wait, follow it and print its aggregate metrics."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--benchmark", required=True)
-        parser.add_argument("--policy", required=True)
+        parser.add_argument("--benchmark")
+        parser.add_argument("--policy")
+        parser.add_argument(
+            "--resend",
+            type=int,
+            metavar="BATCH_ID",
+            help="send again a batch whose episodes could not be sent (the broker was down)",
+        )
         parser.add_argument("--samples", type=int, default=1, help="samples per query (group size)")
         parser.add_argument("--limit", type=int, default=None, help="first Q queries only")
         parser.add_argument("--ablate", nargs="*", default=[], metavar="MECHANISM")
@@ -45,6 +56,35 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        resend = opts["resend"]
+        batch = self._create(opts) if resend is None else self._resend(resend)
+        reason = jobs.send_error(batch)
+        if reason:
+            self.stderr.write(
+                f"error: batch {batch.pk} was not sent: {reason}\n"
+                f"  re-send it once the broker is back: manage.py run_batch --resend {batch.pk}"
+            )
+            sys.exit(1)
+        self.stderr.write(f"batch {batch.pk}: {batch.episodes_total} episodes queued")
+        if opts["wait"]:
+            self._follow(batch, opts["timeout"])
+        summary = batch_summary(batch=batch)
+        self.stdout.write(json.dumps(summary) if opts["json"] else _pretty(summary))
+
+    def _resend(self, batch_id: int) -> RolloutBatch:
+        batch = RolloutBatch.objects.filter(pk=batch_id).first()
+        if batch is None:
+            raise CommandError(f"no batch {batch_id}")
+        try:
+            batch_resend(batch=batch)
+        except BatchNotResendable as exc:
+            raise CommandError(str(exc)) from exc
+        return batch
+
+    def _create(self, opts: dict[str, Any]) -> RolloutBatch:
+        for name in ("benchmark", "policy"):
+            if not opts[name]:
+                raise CommandError(f"--{name} is required (or --resend BATCH_ID)")
         benchmark = Benchmark.objects.filter(name=opts["benchmark"]).first()
         if benchmark is None:
             raise CommandError(f"no benchmark named {opts['benchmark']!r}")
@@ -66,11 +106,7 @@ class Command(BaseCommand):
             )
         except (BatchParameterError, PrefixFileError) as exc:
             raise CommandError(str(exc)) from exc
-        self.stderr.write(f"batch {batch.pk}: {batch.episodes_total} episodes queued")
-        if opts["wait"]:
-            self._follow(batch, opts["timeout"])
-        summary = batch_summary(batch=batch)
-        self.stdout.write(json.dumps(summary) if opts["json"] else _pretty(summary))
+        return batch
 
     def _follow(self, batch: RolloutBatch, timeout: float) -> None:
         deadline = time.monotonic() + timeout

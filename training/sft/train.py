@@ -1,6 +1,6 @@
 """The SFT trainer: a LoRA adapter trained on an SFT export with TRL's SFTTrainer.
 
-An export line is one of two kinds (training/sft.py writes both):
+An export line is one of two kinds (training/sft/records.py writes both):
 
 - a token record (`input_ids`, `labels`): the ids the policy's server recorded, with -100
   on every token the policy did not sample. Trained as recorded, so the adapter learns
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from training.lora import LORA_TARGETS_ALL_LINEAR, MAX_LORA_RANK
-from training.sft_records import (
+from training.sft.examples import (
     IGNORE_INDEX,
     INPUT_CHAT,
     INPUT_TOKENS,
@@ -91,7 +91,7 @@ class SFTSettings:
 
     def check(self) -> None:
         """Refuse what no job could run with; SFTSettingsError names the field. The SFT
-        job's settings (training/services/sft_job_settings.py) are checked here too."""
+        job's settings (training/sft/settings.py) are checked here too."""
         _bounded("lora_rank", self.lora_rank, 1, MAX_LORA_RANK)
         _bounded("lora_alpha", self.lora_alpha, 1, 4 * MAX_LORA_RANK)
         _fraction("lora_dropout", self.lora_dropout)

@@ -1,7 +1,7 @@
 """SFT export lines as training examples: ids, labels (-100 where the policy did not
 write the token), the episode each belongs to, and the split by episode.
 
-No torch and no Django here: the tokenizer is passed in (training/sft_train.py explains
+No torch and no Django here: the tokenizer is passed in (training/sft/train.py explains
 the two kinds of record).
 """
 

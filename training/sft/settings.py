@@ -1,6 +1,6 @@
 """What an SFT job may be asked to do: its settings and their bounds.
 
-`SFTJobSettings` holds the trainer's `training.sft_train.SFTSettings` fields as the job's
+`SFTJobSettings` holds the trainer's `training.sft.train.SFTSettings` fields as the job's
 row and the forms hold them (targets as a list); `check` is the trainer's own check, so a
 request is refused by the same rules the trainer applies, with an SFTJobError naming the
 setting, which the launch form and the API show on that field. Defaults follow Harness-1:
@@ -16,18 +16,12 @@ from typing import Any
 from django.conf import settings
 
 from training.lora import LORA_TARGETS_ALL_LINEAR, lora_rank_default
-from training.sft_train import SFTSettings, SFTSettingsError
+from training.services.jobs import TrainingJobError
+from training.sft.train import SFTSettings, SFTSettingsError
 
 
-class SFTJobError(ValueError):
-    """An SFT job request that cannot run; the message names the setting and the fix.
-
-    `field` is the sft_job_create argument or SFTJobSettings field refused, or None when
-    no single setting is at fault."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
+class SFTJobError(TrainingJobError):
+    """An SFT job request that cannot run (TrainingJobError: `field` names the setting)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +42,7 @@ class SFTJobSettings:
     eval_steps: int = 10
 
     def check(self) -> None:
-        """The trainer's own check (training.sft_train imports torch only inside its
+        """The trainer's own check (training.sft.train imports torch only inside its
         functions, so the web process may import it), its error as an SFTJobError."""
         try:
             self.trainer_settings().check()

@@ -6,7 +6,8 @@ once by a worker (`sft_export_run`), which counts its progress on the row chunk 
 the JSONL is written beside its final name and renamed into place in the transaction that
 records the provenance rows and marks the export done. A done export is never run or
 written again; a new export is a new row and a new file. A crashed run leaves a running
-export that a redelivered task redoes from the start.
+export that a redelivered task redoes from the start, or that the job kernel's recovery
+(harness_app/jobs.py) fails when a worker starts and none holds it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
-from kombu.exceptions import OperationalError as KombuOperationalError
 
-from harness_app import queues
+from harness_app import jobs, queues
 from harness_app.harness.llm.reconstruct import strategy_clean
-from training import sft
 from training.models import (
     ExportFormat,
     ExportStatus,
@@ -37,6 +36,7 @@ from training.models import (
     SFTExport,
     SFTExportEpisode,
 )
+from training.sft import records as sft
 from trajectories.episode_filters import (
     EpisodeFilterError,
     FilterClause,
@@ -144,46 +144,22 @@ def sft_export_create(
         reconstruction=strategy,
     )
     if enqueue:
-        export_id = export.pk
-        transaction.on_commit(lambda: _enqueue(export_id))
+        jobs.enqueue(export, queues.SFT_EXPORT)
     return export
-
-
-def _enqueue(export_id: int) -> None:
-    try:
-        queues.enqueue(queues.SFT_EXPORT, export_id)
-    except KombuOperationalError as exc:
-        # Never run inline in the web process: say so on the row instead.
-        log.warning("could not queue SFT export %s: %s", export_id, exc)
-        SFTExport.objects.filter(pk=export_id, status=ExportStatus.QUEUED).update(
-            status=ExportStatus.FAILED, error=f"not queued: {exc}", finished_at=timezone.now()
-        )
 
 
 def export_path(export: SFTExport) -> Path:
     return settings.DATA_DIR / "exports" / f"sft-{export.pk:06d}-{export.fmt}.jsonl"
 
 
-def sft_exports_recover(*, in_hand: Collection[tuple[str, tuple[object, ...]]]) -> int:
-    """Exports marked running whose task no live worker holds (`in_hand`, from
-    queues.tasks_in_hand) lost their worker: each fails, saying so, and the partial files
-    its runs left are removed. Returns how many."""
-    lost = [
-        export
-        for export in SFTExport.objects.filter(status=ExportStatus.RUNNING)
-        if (queues.SFT_EXPORT, (export.pk,)) not in in_hand
-    ]
-    for export in lost:
-        target = export_path(export)
-        for partial in target.parent.glob(f"{target.name}.*.partial"):
-            partial.unlink(missing_ok=True)
-        SFTExport.objects.filter(pk=export.pk, status=ExportStatus.RUNNING).update(
-            status=ExportStatus.FAILED,
-            error="worker_lost: its worker died while writing the file; export again",
-            finished_at=timezone.now(),
-        )
-        log.warning("SFT export %s lost its worker: failed", export.pk)
-    return len(lost)
+@jobs.lost(SFTExport)
+def _export_lost(export: SFTExport) -> None:
+    """An export marked running whose task no live worker holds lost its worker: it
+    fails, saying so, and the partial files its runs left are removed."""
+    target = export_path(export)
+    for partial in target.parent.glob(f"{target.name}.*.partial"):
+        partial.unlink(missing_ok=True)
+    jobs.fail(export, f"{jobs.WORKER_LOST}: its worker died while writing the file; export again")
 
 
 @dataclass
@@ -210,24 +186,14 @@ def sft_export_run(*, export_id: int) -> SFTExport | None:
     except Exception as exc:
         log.exception("SFT export %s failed", export_id)
         partial.unlink(missing_ok=True)
-        SFTExport.objects.filter(pk=export_id, status=ExportStatus.RUNNING).update(
-            status=ExportStatus.FAILED,
-            error=f"{type(exc).__name__}: {exc}",
-            finished_at=timezone.now(),
-        )
+        jobs.fail(export, f"{type(exc).__name__}: {exc}")
     export.refresh_from_db()
     return export
 
 
-@transaction.atomic
 def _export_claim(export_id: int) -> SFTExport | None:
-    export = SFTExport.objects.select_for_update().filter(pk=export_id).first()
-    if export is None or export.is_finished:
-        return None
-    export.status = ExportStatus.RUNNING
-    export.episodes = export.records = export.skipped = 0  # a redelivered run starts over
-    export.save(update_fields=["status", "episodes", "records", "skipped"])
-    return export
+    # A redelivered run starts over.
+    return jobs.claim(SFTExport, export_id, episodes=0, records=0, skipped=0)
 
 
 def _export_episodes(export: SFTExport) -> Iterator[list[Episode]]:
@@ -314,8 +280,8 @@ def _export_finish(
         "created_at": export.created_at.isoformat(),
         "finished_at": finished.isoformat(),
     }
-    SFTExport.objects.filter(pk=export.pk).update(
-        status=ExportStatus.DONE,
+    jobs.finish(
+        current,
         episodes=written.episodes,
         records=written.records,
         skipped=written.skipped,

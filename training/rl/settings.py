@@ -16,6 +16,7 @@ from harness_app.harness.llm.reconstruct import PREFIX_MERGE, strategy_clean
 from harness_app.harness.reward import RewardWeights
 from training.lora import LORA_TARGETS_ALL_LINEAR, LORA_TARGETS_DEFAULT, MAX_LORA_RANK
 from training.models import RLAlgorithm, RLMode
+from training.services.jobs import TrainingJobError
 from trajectories.models import TerminationPolicy
 from trajectories.services import rollouts
 
@@ -26,16 +27,8 @@ MAX_TOKENS_PER_TURN = 32_768
 MAX_SEQUENCE_TOKENS = 1_000_000
 
 
-class RLJobError(ValueError):
-    """An RL job request that cannot run; the message names the setting and the fix.
-
-    `field` is the rl_job_create argument or RLJobSettings field refused (the launch form
-    and the API show the message on it), or None when no single setting is at fault.
-    """
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
+class RLJobError(TrainingJobError):
+    """An RL job request that cannot run (TrainingJobError: `field` names the setting)."""
 
 
 @dataclass(frozen=True)
