@@ -42,10 +42,9 @@ from trajectories.models import (
     TerminationPolicy,
     Turn,
     VerifierCall,
-    pack_floats,
-    pack_ints,
 )
 from trajectories.services.final_states import final_state_record
+from trajectories.services.model_calls import model_call_record_columns, model_calls_create
 from trajectories.teacher_rule import (
     TeacherRuleError,
     teacher_rule_clean,
@@ -360,24 +359,13 @@ def _relax_durability() -> None:
 
 
 def model_calls_record(*, claim: Claim, calls: Sequence[tuple[int, ModelCallRecord]]) -> None:
-    ModelCall.objects.bulk_create(
-        ModelCall(
-            episode=claim.episode,
-            turn_index=turn_index,
-            request=record.request,
-            response=record.response,
-            prompt_token_ids_blob=pack_ints(record.prompt_token_ids),
-            completion_token_ids_blob=pack_ints(record.completion_token_ids),
-            completion_logprobs_blob=pack_floats(record.completion_logprobs),
-            finish_reason=record.finish_reason,
-            usage=record.usage,
-            latency_ms=record.latency_ms,
-            policy_version=record.policy_version,
-            error=record.error,
-            prompt_messages=record.prompt_messages,
-            rerendered=record.rerendered,
+    model_calls_create(
+        rows=(
+            model_call_record_columns(
+                episode_id=claim.episode.pk, turn_index=turn_index, record=record
+            )
+            for turn_index, record in calls
         )
-        for turn_index, record in calls
     )
 
 
