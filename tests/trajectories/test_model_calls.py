@@ -20,9 +20,10 @@ from trajectories.services.rollouts import batch_create, episode_claim, model_ca
 pytestmark = pytest.mark.django_db
 
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "héllo"}]}
-RESPONSE = {
+USAGE = {"prompt_tokens": 3, "completion_tokens": 2}
+RESPONSE: dict[str, Any] = {
     "choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "length"}],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    "usage": USAGE,
 }
 PROMPT, COMPLETION, LOGPROBS = [1, 2, 3], [40000, 5], [-0.5, -0.25]
 
@@ -49,7 +50,7 @@ def test_a_worker_call_and_a_recorded_call_are_stored_as_the_same_row(
         completion_token_ids=COMPLETION,
         completion_logprobs=LOGPROBS,
         finish_reason="length",
-        usage=RESPONSE["usage"],
+        usage=USAGE,
         latency_ms=2.5,
         policy_version="m@v1",
     )

@@ -67,7 +67,8 @@ def test_sft_rl_and_the_calls_selector_see_the_same_segments_and_breaks():
     )
 
     segments, breaks = episode_segments(episode=session.episode)
-    turns = {c.pk: c.turn_index for c in ModelCall.objects.filter(episode=session.episode)}
+    calls = ModelCall.objects.filter(episode=session.episode)
+    turns: dict[Any, int] = {c.pk: c.turn_index for c in calls}
     # The main agent's chains first, then the subagent's.
     assert [[turns[c] for c in s.call_ids] for s in segments] == [[0], [2], [1]]
     assert [b.reason.split(":")[0] for b in breaks] == [

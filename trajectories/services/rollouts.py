@@ -312,10 +312,10 @@ def turn_record(
     *,
     claim: Claim,
     turn: TurnRecord,
-    calls: Sequence[tuple[int, ModelCallRecord]],
     previous_state: HarnessStateJson | None = None,
 ) -> None:
-    """Persist one turn and the model calls made for it, and beat the heartbeat.
+    """Persist one turn and the model calls made for it (`turn.calls.model`), and beat the
+    heartbeat.
 
     With `previous_state` (the last turn's snapshot), the state is stored as a delta except
     on every SNAPSHOT_EVERY-th turn, which bounds how many deltas a reader applies.
@@ -342,7 +342,7 @@ def turn_record(
             harness_ms=turn.env_seconds * 1000,
             policy_ms=turn.policy_seconds * 1000,
         )
-        model_calls_record(claim=claim, calls=calls)
+        model_calls_record(claim=claim, calls=turn.calls.model)
         Episode.objects.filter(pk=claim.episode.pk).update(heartbeat_at=timezone.now())
 
 
