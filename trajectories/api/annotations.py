@@ -23,6 +23,7 @@ from harness_app.roles import Role, user_has_role
 from trajectories.api.filters import FILTER_PARAMETERS, filters_from, query_filters
 from trajectories.models import Annotation, AnnotationBulkAction
 from trajectories.selectors.agreement import annotation_agreement
+from trajectories.selectors.annotation import annotation_bulk_preview
 from trajectories.serializers import (
     AgreementSerializer,
     AnnotationCreateSerializer,
@@ -38,7 +39,6 @@ from trajectories.serializers import (
 from trajectories.services.annotations import (
     AnnotationError,
     annotation_bulk_apply,
-    annotation_bulk_preview,
     annotation_bulk_undo,
     annotation_label,
     annotation_next,

@@ -21,13 +21,13 @@ from harness_app.ids import as_id
 from trajectories.api.filters import FILTER_PARAMETERS, query_filters
 from trajectories.episode_filters import episodes_matching
 from trajectories.models import Episode
+from trajectories.selectors.annotation import reward_hacking_candidates
 from trajectories.serializers import (
     EpisodeDetailSerializer,
     EpisodeSerializer,
     RewardHackingSerializer,
     episode_trajectory_data,
 )
-from trajectories.services.annotations import reward_hacking_candidates
 
 
 class EpisodeCursor(CursorPagination):
