@@ -45,8 +45,12 @@ run: demo
 # Tests get their own data directory (SQLite test file, broker folders, indexes), so a
 # `make run` in the same checkout never picks up a test's tasks.
 # The agent-CLI recording tests need the CLIs wherever node is installed.
+# pytest-xdist runs the suite in one process per core (PYTEST_WORKERS=1 for one process);
+# each gets its own test database, data folder and Redis broker database (config/env.py).
+PYTEST_WORKERS ?= auto
 test: install-dev $(if $(shell command -v npm),harnesses)
-	HARNESS_DATA_DIR="$${HARNESS_DATA_DIR:-$$(mktemp -d)}" $(VENV)/bin/pytest $(PYTEST_ARGS)
+	HARNESS_DATA_DIR="$${HARNESS_DATA_DIR:-$$(mktemp -d)}" $(VENV)/bin/pytest \
+		--numprocesses=$(PYTEST_WORKERS) --dist=loadgroup $(PYTEST_ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

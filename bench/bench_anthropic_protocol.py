@@ -1,4 +1,4 @@
-"""What the Anthropic translation adds to a proxied call (llm/anthropic_protocol.py).
+"""What the Anthropic translation adds to a proxied call (harness_app/wire/messages/).
 
 Pure Python, no server: a Claude-Code-sized request translated to chat, a whole answer of
 many tokens (carrying its token ids and logprobs, as vLLM gives it to the proxy) turned into
@@ -17,11 +17,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness_app.harness.llm.anthropic_protocol import (
-    MessagesStream,
-    chat_request_from_messages,
-    messages_response_from_chat,
-)
+from harness_app.wire.messages.answer import MessagesStream, messages_response_from_chat
+from harness_app.wire.messages.request import chat_request_from_messages
 
 
 def claude_code_request(turns: int = 40, tools: int = 20) -> dict[str, Any]:

@@ -155,9 +155,9 @@ def agent_body(api: str, prompt_chars: int, turn: int, stream: bool) -> dict[str
 
 def forwarded_body(api: str, body: dict[str, Any]) -> dict[str, Any]:
     """What the proxy sends upstream for `body`: translated to chat, token capture added."""
-    from harness_app.harness.llm.anthropic_protocol import chat_request_from_messages
-    from harness_app.harness.llm.proxy_protocol import upstream_request
-    from harness_app.harness.llm.responses_protocol import chat_request_from_responses
+    from harness_app.wire.chat import upstream_request
+    from harness_app.wire.messages.request import chat_request_from_messages
+    from harness_app.wire.responses.request import chat_request_from_responses
 
     translate = {"messages": chat_request_from_messages, "responses": chat_request_from_responses}
     chat = translate[api](body) if api in translate else body

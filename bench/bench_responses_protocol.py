@@ -1,4 +1,4 @@
-"""What the Responses API translation adds to a proxied call (llm/responses_protocol.py).
+"""What the Responses API translation adds to a proxied call (harness_app/wire/responses/).
 
 Pure Python, no server: a Codex-sized request translated to chat, a whole answer of many
 tokens (carrying its token ids and logprobs, as vLLM gives it to the proxy) turned into a
@@ -17,11 +17,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness_app.harness.llm.responses_protocol import (
-    ResponsesStream,
-    chat_request_from_responses,
-    responses_response_from_chat,
-)
+from harness_app.wire.responses.answer import ResponsesStream, responses_response_from_chat
+from harness_app.wire.responses.request import chat_request_from_responses
 
 
 def codex_request(turns: int = 40, tools: int = 20) -> dict[str, Any]:

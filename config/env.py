@@ -145,3 +145,42 @@ def parse_database_url(url: str, *, variable: str = "DATABASE_URL") -> DatabaseU
         host=parts.hostname or "",
         port=str(parts.port or ""),
     )
+
+
+def xdist_worker_isolate(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """Give this pytest-xdist worker (`make test` runs several) its own data folder and Redis
+    broker database, by rewriting HARNESS_DATA_DIR and CELERY_BROKER_URL before settings
+    read them. The rewrite lands in the environment, so the processes a test starts (Celery
+    workers, manage.py) inherit the same folder and broker. HARNESS_TEST_WORKER records it
+    was done, so that a child process whose settings run this again changes nothing.
+
+    Worker gwN takes Redis database (the configured one) − N: CI's /15 leaves room for 16.
+    Returns the worker id, or "" outside xdist."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker or environ.get("HARNESS_TEST_WORKER") == worker:
+        return worker
+    if not worker.startswith("gw") or not worker[2:].isdigit():
+        raise ImproperlyConfigured(f"PYTEST_XDIST_WORKER={worker!r}: expected gw<number>")
+    number = int(worker[2:])
+    base = environ.get("HARNESS_DATA_DIR")
+    if base:
+        environ["HARNESS_DATA_DIR"] = str(Path(base) / worker)
+    broker = environ.get("CELERY_BROKER_URL", "")
+    if broker.startswith(("redis://", "rediss://")):
+        environ["CELERY_BROKER_URL"] = _redis_database_minus(broker, number)
+    environ["HARNESS_TEST_WORKER"] = worker
+    return worker
+
+
+def _redis_database_minus(url: str, offset: int) -> str:
+    parts = urlsplit(url)
+    path = parts.path.strip("/")
+    if path and not path.isdigit():
+        raise ImproperlyConfigured(f"CELERY_BROKER_URL: database {path!r} is not a number")
+    database = int(path or 0) - offset
+    if database < 0:
+        raise ImproperlyConfigured(
+            f"CELERY_BROKER_URL names Redis database {int(path or 0)}, too low for xdist "
+            f"worker gw{offset}: worker gwN takes database minus N; use /15"
+        )
+    return parts._replace(path=f"/{database}").geturl()

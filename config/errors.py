@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 
-from trajectories.proxy import proxy_not_found
+from trajectories.proxy.views import proxy_not_found
 
 _JSON_PREFIXES = ("/api/", "/proxy/")
 

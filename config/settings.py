@@ -22,6 +22,7 @@ from config.env import (
     env_str,
     env_urls,
     parse_database_url,
+    xdist_worker_isolate,
 )
 from harness_app import queues
 
@@ -51,6 +52,8 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # Everything the application writes outside the database: the SQLite file, the embedded
 # broker's queue folders, retrieval indexes, exports.
+# Under pytest-xdist each test process gets its own data folder and broker database.
+TEST_WORKER = xdist_worker_isolate()
 DATA_DIR = env_path("HARNESS_DATA_DIR", BASE_DIR / "var")
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -308,7 +311,7 @@ PROXY_TIMEOUT_S = env_int("PROXY_TIMEOUT_S", 600)
 # How long a proxy process trusts a session it found open, sparing each call the lookup; a
 # session revoked or closed in another process still works here for up to this long.
 PROXY_AUTH_CACHE_S = env_float("PROXY_AUTH_CACHE_S", 1.0)
-# Per key and per web process (trajectories/proxy_limits.py); 0 means no limit. Over either,
+# Per key and per web process (trajectories/proxy/limits.py); 0 means no limit. Over either,
 # a call gets 429 with Retry-After in its own API's error shape.
 PROXY_MAX_CONCURRENT_CALLS_PER_KEY = env_int("PROXY_MAX_CONCURRENT_CALLS_PER_KEY", 4)
 PROXY_MAX_CALLS_PER_MINUTE_PER_KEY = env_int("PROXY_MAX_CALLS_PER_MINUTE_PER_KEY", 600)

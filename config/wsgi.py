@@ -23,7 +23,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 site = get_wsgi_application()  # sets Django up before the handler below is built
 
 PROXY_PREFIX = "/proxy/"
-PROXY_URLCONF = "trajectories.proxy_urls"
+PROXY_URLCONF = "trajectories.proxy.urls"
 
 
 class ProxyHandler(WSGIHandler):

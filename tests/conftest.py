@@ -27,6 +27,21 @@ from tests.workers import LiveWorker, start_worker
 from trajectories.models import Episode, RolloutBatch
 from trajectories.services.annotations import annotation_bulk_apply
 
+# --- markers: the real vLLM server -----------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.vllm import SKIP_REASON, VLLM_URL
+
+    for item in items:
+        if item.get_closest_marker("vllm") is None:
+            continue
+        if not VLLM_URL:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+        item.add_marker(pytest.mark.xdist_group("vllm"))
+
+
 # --- shared benchmark data and the real model server ---------------------------------------
 
 

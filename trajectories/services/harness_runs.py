@@ -37,8 +37,8 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from harness_app import queues
-from harness_app.harness.llm.proxy_protocol import ProtocolError
-from harness_app.harness.llm.sampling_overrides import sampling_overrides_parse
+from harness_app.wire.errors import ProtocolError
+from harness_app.wire.sampling import sampling_overrides_parse
 from trajectories import agent_clis
 from trajectories.models import (
     HarnessGroup,

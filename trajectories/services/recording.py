@@ -27,8 +27,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from harness_app.harness.llm.proxy_protocol import ProtocolError
-from harness_app.harness.llm.sampling_overrides import sampling_overrides_parse
+from harness_app.wire.errors import ProtocolError
+from harness_app.wire.sampling import sampling_overrides_parse
 from trajectories.models import (
     Episode,
     EpisodeKind,
@@ -95,7 +95,7 @@ def recording_session_create(
 ) -> tuple[RecordingSession, str]:
     """A new open session and its proxy key (the only time the key is known).
 
-    `sampling` holds the trainer's overrides for every call (sampling_overrides.py); the
+    `sampling` holds the trainer's overrides for every call (harness_app/wire/sampling.py); the
     max_tokens clamp is on unless it says `"clamp": false`.
     """
     expires_at = timezone.now() + _ttl(ttl_s)

@@ -7,13 +7,15 @@ import typing
 
 import pytest
 
-from harness_app.harness.llm.proxy_protocol import ProtocolError
-from harness_app.harness.llm.responses_protocol import (
-    CUSTOM_TOOL_PARAMETERS,
+from harness_app.wire.errors import ProtocolError
+from harness_app.wire.responses.answer import (
     ResponsesStream,
-    chat_request_from_responses,
     custom_tool_input,
     responses_response_from_chat,
+)
+from harness_app.wire.responses.request import (
+    CUSTOM_TOOL_PARAMETERS,
+    chat_request_from_responses,
 )
 
 SHELL_SCHEMA = {

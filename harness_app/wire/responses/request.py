@@ -1,7 +1,22 @@
-"""Responses API requests translated to chat completions requests: pure, no HTTP.
+"""OpenAI Responses requests translated to chat completions requests: pure, no HTTP.
 
-The request half of responses_protocol.py (which re-exports `chat_request_from_responses`);
-its docstring lists the choices made where the two APIs differ.
+Codex CLI speaks only `POST /v1/responses`. The recording proxy does not forward that: it
+turns the request into a chat completions request (`chat_request_from_responses`), sends
+it to vLLM as every call goes (token ids and logprobs captured, harness_app/wire/chat.py),
+and turns the chat answer back into a Responses answer (answer.py).
+
+Choices where the two APIs differ (docs/proxy.md says the same for readers):
+- Nothing is stored server-side: `previous_response_id`, `conversation`, `background` and
+  item_reference items are refused; clients send the whole input with store=false (as
+  Codex does).
+- `developer` messages become `system` messages: the student's chat template knows system.
+- Text parts of one message are joined with PART_SEPARATOR, as vLLM joins text parts itself.
+- Reasoning items in the input are dropped: the student's chat template renders no
+  reasoning, and reconstruction compares token ids, so the record stays faithful.
+- A custom (freeform) tool, such as Codex's apply_patch, becomes a function tool taking one
+  string `input`; its grammar `format` is dropped (chat has no grammar tools). Built-in
+  tools (web_search, file_search, local_shell, ...) are dropped: vLLM has nothing to run
+  them with.
 """
 
 from __future__ import annotations
@@ -11,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from harness_app.harness.llm.proxy_protocol import ProtocolError
+from harness_app.wire.errors import ProtocolError
 
 # Joins the text parts of one message or tool output (vLLM joins text parts with "\n").
 PART_SEPARATOR = "\n"

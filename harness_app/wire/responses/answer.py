@@ -1,25 +1,13 @@
-"""The OpenAI Responses API, translated to and from OpenAI chat completions: pure, no HTTP.
+"""Chat completions answers translated to OpenAI Responses answers: pure, no HTTP.
 
-Codex CLI speaks only `POST /v1/responses`. The recording proxy does not forward that: it
-turns the request into a chat completions request (`chat_request_from_responses`, written
-in responses_request.py and re-exported here), sends it to vLLM the proven way (token ids
-and logprobs captured by proxy_protocol.py), and turns the chat answer back into a
-Responses `response`, whole (`responses_response_from_chat`) or as the Responses API's
-server-sent events, one vLLM chunk at a time (`ResponsesStream`). Token ids and logprobs
-never reach the agent: the translation only reads the message, the finish and the usage.
+The other half of request.py: the chat answer vLLM gives becomes a Responses `response`,
+whole (`responses_response_from_chat`) or as the Responses API's server-sent events, one
+vLLM chunk at a time (`ResponsesStream`). Token ids and logprobs never reach the agent:
+the translation only reads the message, the finish and the usage.
 
 Choices where the two APIs differ (docs/proxy.md says the same for readers):
-- Nothing is stored server-side: `previous_response_id`, `conversation`, `background` and
-  item_reference items are refused; clients send the whole input with store=false (as
-  Codex does).
-- `developer` messages become `system` messages: the student's chat template knows system.
-- Text parts of one message are joined with PART_SEPARATOR, as vLLM joins text parts itself.
-- Reasoning items in the input are dropped: the student's chat template renders no
-  reasoning, and reconstruction compares token ids, so the record stays faithful.
-- A custom (freeform) tool, such as Codex's apply_patch, becomes a function tool taking one
-  string `input`; its grammar `format` is dropped (chat has no grammar tools). Its calls come
-  back as custom_tool_call items carrying that string. Built-in tools (web_search,
-  file_search, local_shell, ...) are dropped: vLLM has nothing to run them with.
+- A custom tool's calls come back as custom_tool_call items carrying the string the model
+  wrote as its `input` (request.py turns a custom tool into a function tool).
 - A streamed custom tool call's input is held back and sent as one delta when the call
   ends: the model writes it as JSON arguments, whose string is known only when whole.
 """
@@ -33,19 +21,8 @@ from typing import Any
 
 import orjson
 
-from harness_app.harness.llm.responses_request import (
-    CUSTOM_TOOL_PARAMETERS,
-    chat_request_from_responses,
-)
-
-__all__ = [
-    "CUSTOM_TOOL_PARAMETERS",
-    "ResponsesStream",
-    "chat_request_from_responses",
-    "custom_tool_input",
-    "responses_response_from_chat",
-]
-
+from harness_app.wire.chat import first_choice, ids_count
+from harness_app.wire.errors import error_message
 
 # --- whole response ------------------------------------------------------------------------
 
@@ -57,7 +34,7 @@ def responses_response_from_chat(
     choices[0].token_ids / logprobs) -> a Responses `response` object (request = the caller's
     Responses request, for echoed fields like instructions/tools/custom tool kinds). Never
     leaks token ids or logprobs."""
-    choice = _first_choice(chat)
+    choice = first_choice(chat)
     message = choice.get("message") or {}
     base = _base_id(chat.get("id"))
     custom = _custom_tool_names(request)
@@ -75,8 +52,8 @@ def responses_response_from_chat(
             output.append(_call_item(base, len(output), call_id, name, arguments, custom))
     usage = chat.get("usage") or {}
     counts = _usage(
-        int(usage.get("prompt_tokens") or _count(chat.get("prompt_token_ids"))),
-        int(usage.get("completion_tokens") or _count(choice.get("token_ids"))),
+        int(usage.get("prompt_tokens") or ids_count(chat.get("prompt_token_ids"))),
+        int(usage.get("completion_tokens") or ids_count(choice.get("token_ids"))),
     )
     response = _response(f"resp_{base}", model, request, output, counts)
     response["created_at"] = int(chat.get("created") or response["created_at"])
@@ -210,17 +187,6 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     }
 
 
-def _count(ids: Any) -> int:
-    return len(ids) if isinstance(ids, list) else 0
-
-
-def _first_choice(chat: Mapping[str, Any]) -> Mapping[str, Any]:
-    choices = chat.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return choices[0]
-    return {}
-
-
 def _base_id(chat_id: Any) -> str:
     if isinstance(chat_id, str) and chat_id.isascii() and chat_id.isprintable() and chat_id:
         return chat_id.removeprefix("chatcmpl-").replace('"', "").replace("\\", "")
@@ -279,7 +245,7 @@ class ResponsesStream:
             return b""
         if "error" in chunk:
             # vLLM reports a failure after the stream has started as a chunk of its own.
-            return self.error(_error_message(chunk) or "the model server failed midway")
+            return self.error(error_message(chunk) or "the model server failed midway")
         out: list[bytes] = []
         if not self.started:
             self._start(chunk, out)
@@ -289,7 +255,7 @@ class ResponsesStream:
         if choices and isinstance(choices[0], dict):
             choice = choices[0]
             self._feed_delta(choice.get("delta") or {}, out)
-            self.output_tokens += _count(choice.get("token_ids"))
+            self.output_tokens += ids_count(choice.get("token_ids"))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
         return b"".join(out)
@@ -304,7 +270,7 @@ class ResponsesStream:
         self.started = True
         self.base = _base_id(chunk.get("id"))
         self.created_at = int(chunk.get("created") or time.time())
-        self.input_tokens = _count(chunk.get("prompt_token_ids"))
+        self.input_tokens = ids_count(chunk.get("prompt_token_ids"))
         response = self._response(None)
         out.append(self._event("response.created", response=response))
         out.append(self._event("response.in_progress", response=response))
@@ -472,13 +438,3 @@ class ResponsesStream:
         response["error"] = {"code": "server_error", "message": message}
         out.append(self._event("response.failed", response=response))
         return b"".join(out)
-
-
-def _error_message(body: Any) -> str:
-    """The message of {"error": {"message": ...}}, of vLLM's older {"object": "error",
-    "message": ...}, or of {"error": "..."}; "" when there is none."""
-    while isinstance(body, Mapping):
-        if isinstance(body.get("message"), str):
-            return str(body["message"])
-        body = body.get("error")
-    return body if isinstance(body, str) else ""

@@ -6,14 +6,9 @@ import json
 
 import pytest
 
-from harness_app.harness.llm.anthropic_protocol import (
-    MessagesStream,
-    anthropic_error,
-    anthropic_error_from_upstream,
-    chat_request_from_messages,
-    messages_response_from_chat,
-)
-from harness_app.harness.llm.proxy_protocol import ProtocolError
+from harness_app.wire.errors import ProtocolError
+from harness_app.wire.messages.answer import MessagesStream, messages_response_from_chat
+from harness_app.wire.messages.request import chat_request_from_messages
 
 READ_SCHEMA = {
     "type": "object",
@@ -566,47 +561,6 @@ def test_a_broken_stream_ends_with_an_error_event():
         )
     ]
     assert stream.feed(chunk({"content": "b"})) == b"" and stream.finish() == b""
-
-
-@pytest.mark.parametrize(
-    ("status", "kind"),
-    [
-        (400, "invalid_request_error"),
-        (401, "authentication_error"),
-        (403, "permission_error"),
-        (404, "not_found_error"),
-        (413, "request_too_large"),
-        (422, "invalid_request_error"),
-        (429, "rate_limit_error"),
-        (500, "api_error"),
-        (502, "api_error"),
-        (503, "overloaded_error"),
-        (504, "api_error"),
-        (529, "overloaded_error"),
-    ],
-)
-def test_errors_take_anthropics_type_for_their_status(status, kind):
-    assert anthropic_error(status, "no") == {
-        "type": "error",
-        "error": {"type": kind, "message": "no"},
-    }
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (
-            b'{"error": {"message": "prompt too long", "type": "BadRequestError"}}',
-            "prompt too long",
-        ),
-        (b'{"object": "error", "message": "old shape", "code": 400}', "old shape"),
-        (b"Internal Server Error", "Internal Server Error"),
-        (b"", "the model server answered HTTP 400"),
-    ],
-)
-def test_upstream_errors_keep_their_message(content, message):
-    body = anthropic_error_from_upstream(400, content)
-    assert body == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
 
 
 def test_an_error_chunk_from_vllm_midway_ends_the_stream_with_an_error_event():

@@ -1,9 +1,10 @@
-"""The recording proxy's view of the OpenAI chat protocol: pure functions, no HTTP, no Django.
+"""OpenAI chat completions, the one call every proxied call becomes: pure, no HTTP.
 
-The proxy (trajectories/proxy.py) asks vLLM for what training needs and the agent did not
-ask for: the prompt's and the completion's token ids (`return_token_ids`) and the sampled
-tokens' logprobs (`logprobs`, `top_logprobs: 0`). The agent must not notice, so whatever
-it did not ask for is stripped from the answer again, chunk by chunk when it streams.
+The proxy asks vLLM for what training needs and the agent did not ask for: the prompt's
+and the completion's token ids (`return_token_ids`) and the sampled tokens' logprobs
+(`logprobs`, `top_logprobs: 0`). The agent must not notice, so whatever it did not ask for
+is stripped from the answer again (`strip_added`), chunk by chunk when it streams
+(`ChatStream`, the chat dialect's events).
 
 A streamed answer is folded back into the non-streamed shape (`StreamFold`), so a
 streamed call is stored exactly as the same call would be without streaming: one message
@@ -14,24 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+import orjson
+
+from harness_app.wire.errors import CHAT_API, ProtocolError, error_body
 
 # Keys vLLM adds when asked for token ids; stripped unless the caller asked.
 TOP_LEVEL_TOKEN_KEYS = ("prompt_token_ids",)
 CHOICE_TOKEN_KEYS = ("token_ids",)
-
-
-class ProtocolError(ValueError):
-    """A request the proxy will not forward; `param` names the offending field."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -113,104 +107,17 @@ def agent_fingerprint(messages: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-@dataclass(frozen=True)
-class CallTokensFound:
-    """A call's token capture, as the int32 and float32 arrays it is stored in."""
-
-    prompt_ids: array[int]
-    completion_ids: array[int]
-    logprobs: array[float]
-    problem: str  # "" when the token capture is whole
+def first_choice(chat: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A chat answer's (or chunk's) first choice; {} when it has none."""
+    choices = chat.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return {}
 
 
-def tokens_of(
-    response: Mapping[str, Any], *, prompt_ids_json: bytes | None = None
-) -> CallTokensFound:
-    """Token ids and sampled logprobs from a (folded) chat completion response.
-
-    `prompt_ids_json` is the prompt's id list as the raw JSON cut out of the answer
-    (`cut_prompt_ids`), when it was. The arrays check the ids in C: a prompt of 8,000 ids
-    costs 0.14 ms instead of the 0.35 ms of converting each one in Python, and this runs
-    while the agent waits.
-    """
-    choice = (response.get("choices") or [{}])[0] or {}
-    prompt = response.get("prompt_token_ids")
-    completion = choice.get("token_ids")
-    content = (choice.get("logprobs") or {}).get("content")
-    has_prompt = prompt_ids_json is not None or isinstance(prompt, list)
-    if not has_prompt or not isinstance(completion, list):
-        return _no_tokens("token_capture_missing: the server returned no ids")
-    try:
-        if prompt_ids_json is not None:
-            prompt_ids = ids_from_json(prompt_ids_json)
-        else:
-            prompt_ids = array("i", prompt or [])
-        completion_ids = array("i", completion)
-        logprobs = array("f", [item.get("logprob", 0.0) for item in content or []])
-    except (TypeError, ValueError, OverflowError, AttributeError) as exc:
-        return _no_tokens(f"token_capture_malformed: {exc}")
-    problem = ""
-    if len(logprobs) != len(completion_ids):
-        problem = (
-            f"token_count_mismatch: {len(completion_ids)} completion tokens "
-            f"but {len(logprobs)} logprobs"
-        )
-    return CallTokensFound(prompt_ids, completion_ids, logprobs, problem)
-
-
-INT32 = np.iinfo(np.int32)
-
-
-def ids_from_json(raw: bytes) -> array[int]:
-    """A JSON list of token ids as the int32 array it is stored in.
-
-    numpy reads the text straight into integers: 32,000 ids cost about 0.5 ms, against
-    1.2 ms for orjson's list of Python ints and the array built from it (bench_proxy's
-    32k-token calls). ValueError for anything but a flat list of integers.
-    """
-    body = raw.strip()
-    if body[:1] != b"[" or body[-1:] != b"]":
-        raise ValueError("the prompt ids are not a JSON list")
-    body = body[1:-1]
-    ids = array("i")
-    if not body.strip():
-        return ids
-    parsed = np.fromstring(body, dtype=np.int64, sep=",")
-    if len(parsed) != body.count(b",") + 1:
-        raise ValueError("the prompt ids are not a list of integers")
-    if parsed.min() < INT32.min or parsed.max() > INT32.max:
-        raise OverflowError("a prompt id is out of the int32 range")
-    ids.frombytes(parsed.astype(np.int32).tobytes())
-    return ids
-
-
-def _no_tokens(problem: str) -> CallTokensFound:
-    return CallTokensFound(array("i"), array("i"), array("f"), problem)
-
-
-PROMPT_IDS_KEY = b'"prompt_token_ids":'
-
-
-def cut_prompt_ids(data: bytes) -> tuple[bytes | None, bytes]:
-    """A stream chunk's prompt id list as raw JSON, and the chunk with `null` in its place.
-
-    vLLM sends the prompt's ids once, in the first chunk: 32,000 ids are 200 KB of JSON.
-    Decoding them (0.4 ms) before the first event goes out would delay the agent's first
-    byte, so the list is cut out as bytes and decoded when the call is stored. A chunk
-    without a list comes back whole.
-    """
-    at = data.find(PROMPT_IDS_KEY)
-    if at < 0:
-        return None, data
-    start = at + len(PROMPT_IDS_KEY)
-    while data[start : start + 1] == b" ":
-        start += 1
-    if data[start : start + 1] != b"[":
-        return None, data
-    end = data.find(b"]", start)
-    if end < 0:
-        return None, data
-    return data[start : end + 1], data[:start] + b"null" + data[end + 1 :]
+def ids_count(ids: Any) -> int:
+    """How many token ids a field of vLLM's answer holds (0 when it holds none)."""
+    return len(ids) if isinstance(ids, list) else 0
 
 
 @dataclass
@@ -292,49 +199,31 @@ class StreamFold:
         return folded
 
 
-class SseSplitter:
-    """Complete SSE events from a stream's pieces, scanning each byte once.
+class ChatStream:
+    """The chat dialect's events: the upstream's, one for one, less what the proxy added.
 
-    vLLM's first event carries the prompt's ids (200 KB for 32,000) and arrives in
-    several reads; re-splitting the whole buffer at each read cost 0.3 ms before the
-    agent's first event could leave. A stream that uses CRLF line ends is split the
-    plain way (`sse_events`).
+    An event that needs nothing taken out goes on as the bytes vLLM sent.
     """
 
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-        self.scanned = 0  # where the next search for a terminator starts
-        self.crlf = False
+    def __init__(self, asked: Asked) -> None:
+        self.asked = asked
+        # The prompt's ids are left in the chunks only when the caller asked for them.
+        self.keeps_prompt_ids = asked.token_ids
 
-    def feed(self, piece: bytes) -> list[bytes]:
-        self.buffer += piece
-        if self.crlf or b"\r" in piece:
-            self.crlf = True
-            whole, rest = sse_events(bytes(self.buffer))
-            self.buffer = bytearray(rest)
-            return whole
-        events: list[bytes] = []
-        start = 0
-        while (end := self.buffer.find(b"\n\n", max(self.scanned, start))) >= 0:
-            event = bytes(self.buffer[start:end])
-            if event.strip():
-                events.append(event)
-            start = end + 2
-        del self.buffer[:start]
-        self.scanned = max(len(self.buffer) - 1, 0)
-        return events
+    def feed(self, chunk: dict[str, Any], event: bytes, prompt_tokens: int | None) -> bytes:
+        if not needs_stripping(self.asked):
+            return event + b"\n\n"
+        return b"data: " + orjson.dumps(strip_added(chunk, self.asked)) + b"\n\n"
 
-    def rest(self) -> bytes:
-        return bytes(self.buffer)
+    def other(self, event: bytes) -> bytes:
+        """An event with no chunk in it (a comment, data that is not JSON), as it came."""
+        return event + b"\n\n"
 
+    def finish(self, event: bytes) -> bytes:
+        return event + b"\n\n"
 
-def sse_events(buffer: bytes) -> tuple[list[bytes], bytes]:
-    """Complete SSE events (without their blank-line terminator) and the unfinished rest."""
-    events = buffer.replace(b"\r\n", b"\n").split(b"\n\n")
-    return [e for e in events[:-1] if e.strip()], events[-1]
-
-
-def sse_data(event: bytes) -> bytes | None:
-    """The data of an event ("[DONE]" included), or None for comments and other fields."""
-    lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(lines) if lines else None
+    def error(self, message: str) -> bytes:
+        # vLLM's own mid-stream error event (the openai client raises APIError on it); no
+        # [DONE] after it, so a client that skips error events still sees the stream cut off.
+        body = error_body(CHAT_API, 502, f"the model server broke off: {message}", "api_error")
+        return b"data: " + orjson.dumps(body) + b"\n\n"

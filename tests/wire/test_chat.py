@@ -1,4 +1,5 @@
-"""The recording proxy's protocol helpers and per-agent reconstruction: no database."""
+"""Chat completions on the wire (token capture, stripping, stream folding, SSE) and
+per-agent reconstruction: no database."""
 
 from __future__ import annotations
 
@@ -6,20 +7,11 @@ import json
 
 import pytest
 
-from harness_app.harness.llm.proxy_protocol import (
-    ProtocolError,
-    SseSplitter,
-    StreamFold,
-    agent_fingerprint,
-    cut_prompt_ids,
-    ids_from_json,
-    sse_data,
-    sse_events,
-    strip_added,
-    tokens_of,
-    upstream_request,
-)
 from harness_app.harness.llm.reconstruct import CallTokens, reconstruct
+from harness_app.wire.chat import StreamFold, agent_fingerprint, strip_added, upstream_request
+from harness_app.wire.errors import ProtocolError
+from harness_app.wire.record import cut_prompt_ids, ids_from_json, tokens_of
+from harness_app.wire.sse import SseSplitter, sse_data, sse_events
 
 
 def test_the_request_gains_token_capture_and_the_caller_is_remembered():

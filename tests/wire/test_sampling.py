@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness_app.harness.llm.proxy_protocol import ProtocolError
-from harness_app.harness.llm.sampling_overrides import SamplingOverrides, sampling_overrides_parse
+from harness_app.wire.errors import ProtocolError
+from harness_app.wire.sampling import SamplingOverrides, sampling_overrides_parse
 
 
 def test_no_overrides_still_clamp_max_tokens_to_the_upstream_context():

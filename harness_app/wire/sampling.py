@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness_app.harness.llm.proxy_protocol import ProtocolError
+from harness_app.wire.errors import ProtocolError
 
 _KEYS = frozenset({"model_map", "temperature", "top_p", "max_tokens", "clamp"})
 MAX_TOKEN_KEYS = ("max_tokens", "max_completion_tokens")

@@ -1,0 +1,2 @@
+"""Anthropic Messages: its requests as chat requests (request.py), and chat answers as
+its answers, whole and streamed (answer.py)."""
