@@ -49,6 +49,7 @@ from harness_app.harness.tools import (
 from harness_app.harness.types import (
     CallRecorder,
     Closeable,
+    JSONObject,
     Observation,
     QuerySpec,
     Retriever,
@@ -354,7 +355,7 @@ def _action_pieces(call: ToolCall) -> tuple[str, str]:
     return str(call.name), arguments
 
 
-def _event_json(event: CurationEvent) -> dict[str, Any]:
+def _event_json(event: CurationEvent) -> JSONObject:
     return {
         "turn": event.turn,
         "kind": event.kind,

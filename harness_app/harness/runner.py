@@ -29,6 +29,7 @@ from harness_app.harness.reward import RewardBreakdown, RewardWeights, compute_r
 from harness_app.harness.state import HarnessStateJson
 from harness_app.harness.types import (
     CallRecorder,
+    JSONObject,
     Observation,
     QuerySpec,
     ServiceError,
@@ -105,7 +106,7 @@ class TurnRecord:
     def done(self) -> bool:
         return self.terminated or self.truncated
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         # The calls are stored apart (ModelCall and VerifierCall rows), never inline.
         data = asdict(replace(self, calls=StepCalls()))
         del data["calls"]
@@ -128,7 +129,7 @@ class EpisodeResult:
     # The calls of a step that broke off, which no TurnRecord carries.
     unrecorded_calls: StepCalls = field(default_factory=StepCalls)
 
-    def to_json(self, *, with_turns: bool = True) -> dict[str, Any]:
+    def to_json(self, *, with_turns: bool = True) -> JSONObject:
         """JSON-ready dict; without turns it is a compact per-query row for reports."""
         data: dict[str, Any] = {
             "query_id": self.query_id,

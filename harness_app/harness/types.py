@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypedDict, TypeVar, runtime_checkable
 
 CallT = TypeVar("CallT")
+
+# One name for a JSON value (as healthchecks' hc/lib/typealias.py does): the shapes that go
+# over the wire, into a JSON file or a JSONField, in place of `dict[str, Any]`.
+JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, "JSONValue"] | None
+JSONObject: TypeAlias = dict[str, JSONValue]
 
 
 @dataclass(frozen=True, slots=True)
