@@ -30,7 +30,7 @@ episode loop, termination and observation assembly.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.budget import TokenCounter, estimate_tokens
@@ -59,6 +59,9 @@ from harness_app.harness.types import (
 )
 from harness_app.harness.verify import LexicalVerifier, Verifier
 from harness_app.harness.working_memory import render_working_memory
+
+if TYPE_CHECKING:
+    from harness_app.harness.llm.verifier import VerifierCallRecord
 
 __all__ = ["SearchHarness"]
 
@@ -118,7 +121,7 @@ class SearchHarness:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def take_verifier_calls(self) -> list[Any]:
+    def take_verifier_calls(self) -> list[VerifierCallRecord]:
         """The verifier's calls to its model since the last take; [] for one that makes none."""
         verifier = self.verifier
         return verifier.take_calls() if isinstance(verifier, CallRecorder) else []
