@@ -80,7 +80,7 @@ from harness_app.harness.config import HarnessConfig
 from harness_app.harness.metrics import single_search_recall
 from harness_app.harness.policies import POLICY_FACTORIES
 from harness_app.harness.reward import REWARD_PRESETS, RewardConfigError, RewardWeights
-from harness_app.harness.types import QuerySpec, Retriever
+from harness_app.harness.types import JSONObject, QuerySpec, Retriever
 
 EXIT_USAGE = 2
 
@@ -213,9 +213,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summaries(
-    summaries: list[dict[str, Any]], args: argparse.Namespace, took: float
-) -> None:
+def _print_summaries(summaries: list[JSONObject], args: argparse.Namespace, took: float) -> None:
     if args.all_ablations and not args.json:
         print(format_table(summaries))
         print(f"({len(summaries)} conditions x {args.runs} run(s), {took:.1f}s)")
@@ -227,7 +225,7 @@ def _print_summaries(
 # -- ablate: the reference's condition matrix (the work is in ablation_matrix.py) ----------
 
 
-def write_matrix_csv(path: str, entries: Sequence[dict[str, Any]]) -> None:
+def write_matrix_csv(path: str, entries: Sequence[JSONObject]) -> None:
     """The reference's CSV (`ablation_matrix.matrix_csv`) written to `path`."""
     try:
         with open(path, "w", encoding="utf-8", newline="") as handle:
@@ -282,7 +280,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def _print_matrix(
-    entries: list[dict[str, Any]], args: argparse.Namespace, dataset: str, took: float
+    entries: list[JSONObject], args: argparse.Namespace, dataset: str, took: float
 ) -> None:
     if args.json:
         report = matrix_report(
@@ -322,7 +320,7 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_retrieval(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _bench_retrieval(folder: Path, args: argparse.Namespace) -> JSONObject:
     from harness_app.harness.retrieval import evaluate_beir
     from harness_app.harness.retrieval.dense import DenseIndexError
     from harness_app.harness.retrieval.encoder import EncoderUnavailableError
@@ -344,7 +342,7 @@ def cmd_single_bm25(args: argparse.Namespace) -> int:
     folder = _check_folder(args.beir_dir, args.split)
     queries = _load_queries(folder, args.split, args.limit)
     retriever = _open_retriever(folder, args.index_dir, args.retriever)
-    result: dict[str, Any] = {"dataset": folder.name, "split": args.split, "n": len(queries)}
+    result: JSONObject = {"dataset": folder.name, "split": args.split, "n": len(queries)}
     for k in sorted(set(args.k)):
         if k < 1:
             raise CliError(f"--k must be at least 1, got {k}")
@@ -357,7 +355,7 @@ def cmd_single_bm25(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plain(result: dict[str, Any]) -> str:
+def _plain(result: JSONObject) -> str:
     return "  ".join(f"{key} {value}" for key, value in result.items())
 
 
