@@ -62,7 +62,7 @@ def main() -> None:
     verdicts: Counter[str] = Counter()
     for claim, document in _pairs(args.limit):
         verdicts[verifier.verify(claim, document).verdict] += 1
-    calls = verifier.drain()
+    calls = verifier.take_calls()
     latency = [c.latency_ms for c in calls]
     print(f"server {args.base_url}, model {model}, {len(calls)} calls")
     print(f"latency ms: median {statistics.median(latency):.0f}, max {max(latency):.0f}")

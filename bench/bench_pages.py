@@ -293,8 +293,8 @@ def long_episode_create(rng: random.Random, benchmark: Any) -> int:
     claim = rollouts.episode_claim(episode_id=episode.pk)
     assert claim is not None
     previous = None
-    for turn, calls in _turns(rng, query.text, docs):
-        rollouts.turn_record(claim=claim, turn=turn, calls=calls, previous_state=previous)
+    for turn in _turns(rng, query.text, docs):
+        rollouts.turn_record(claim=claim, turn=turn, previous_state=previous)
         previous = turn.state
     Episode.objects.filter(pk=episode.pk).update(
         status="completed",
@@ -312,7 +312,7 @@ def _turns(rng: random.Random, question: str, docs: list[Any]) -> Any:
     from harness_app.harness.ablation import Ablation
     from harness_app.harness.config import HarnessConfig
     from harness_app.harness.metrics import RecallSoFar
-    from harness_app.harness.runner import TurnRecord
+    from harness_app.harness.runner import StepCalls, TurnRecord
     from harness_app.harness.state import HarnessState
     from harness_app.harness.working_memory import render_working_memory
 
@@ -345,10 +345,12 @@ def _turns(rng: random.Random, question: str, docs: list[Any]) -> Any:
             ),
             policy_seconds=1.5,
             env_seconds=0.002,
-            done=False,
+            terminated=False,
+            truncated=False,
             termination_reason="",
+            calls=StepCalls(model=[(t, _model_call(rng))] if t else []),
         )
-        yield record, [(t, _model_call(rng))] if t else []
+        yield record
 
 
 def _turn_actions(

@@ -121,7 +121,7 @@ def per_turn_overhead(bench: Any, episodes: int) -> dict[str, Any]:
             obs = env.step(calls)
             stepped = time.perf_counter()
             record = _turn(env, obs, spec, calls)
-            rollouts.turn_record(claim=claim, turn=record, calls=[], previous_state=previous)
+            rollouts.turn_record(claim=claim, turn=record, previous_state=previous)
             previous = record.state
             env_ms.append((stepped - started) * 1000)
             db_ms.append((time.perf_counter() - stepped) * 1000)
@@ -153,7 +153,8 @@ def _turn(env: Any, obs: Any, spec: Any, calls: list[Any]) -> Any:
         recall=recall_so_far_from_state(env.state, spec),
         policy_seconds=0.0,
         env_seconds=0.0,
-        done=obs.done,
+        terminated=obs.terminated,
+        truncated=obs.truncated,
         termination_reason=obs.termination_reason,
     )
 

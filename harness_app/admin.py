@@ -1,12 +1,19 @@
-"""Admin for staff: browse corpora, benchmarks and imports; edit policy configs.
+"""Admin for staff: browse corpora, benchmarks and imports; edit policy configs and users.
 
 Corpora, documents, queries and qrels are written only by the importer (one transaction per
 benchmark, content hashes kept true), so their admin pages are read-only (admin_base.py).
+A user's password is changed through `services.users.user_password_set`, which also
+revokes the user's API tokens.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.forms import AdminPasswordChangeForm
 
 from harness_app.admin_base import ReadOnlyAdmin, StaffViewMixin
 from harness_app.models import (
@@ -18,6 +25,7 @@ from harness_app.models import (
     Qrel,
     Query,
 )
+from harness_app.services.users import user_password_set
 
 
 @admin.register(Corpus)
@@ -79,3 +87,21 @@ class PolicyConfigAdmin(StaffViewMixin, admin.ModelAdmin):
         "created",
     )
     list_filter = ("kind",)
+
+
+class PasswordSetForm(AdminPasswordChangeForm):
+    """The admin's password form, saved through the service (the API tokens go too)."""
+
+    def save(self, commit: bool = True) -> Any:
+        usable = self.cleaned_data["set_usable_password"]
+        password = self.cleaned_data["password1"] if usable else None
+        user_password_set(user=self.user, password=password)
+        return self.user
+
+
+class UserPasswordAdmin(UserAdmin):
+    change_password_form = PasswordSetForm
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), UserPasswordAdmin)

@@ -12,7 +12,6 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
-from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.decorators import action
 from rest_framework.exceptions import Throttled, ValidationError
@@ -41,7 +40,7 @@ from harness_app.services.policies import (
     policy_config_delete,
     policy_config_update,
 )
-from harness_app.tokens import token_expired
+from harness_app.services.users import api_token_obtain
 
 
 class CanBrowse(BasePermission):
@@ -218,9 +217,5 @@ class ObtainExpiringAuthToken(ObtainAuthToken):
                     "locked out for a while."
                 )
             raise ValidationError(serializer.errors)
-        user = serializer.validated_data["user"]
-        token, _ = Token.objects.get_or_create(user=user)
-        if token_expired(token):
-            token.delete()
-            token = Token.objects.create(user=user)
+        token = api_token_obtain(user=serializer.validated_data["user"])
         return Response({"token": token.key})

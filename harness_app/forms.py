@@ -8,20 +8,16 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
-from django.core.validators import RegexValidator
 
-from harness_app.importers.formats import FORMATS, SPLIT_PATTERN
-from harness_app.models import BenchmarkSource, PolicyConfig
-
-MAX_UPLOAD_BYTES = 2 * 1024**3
-UPLOAD_SUFFIXES = (".zip", ".json", ".jsonl")
-UPLOAD_KINDS = "a .zip (a benchmark folder), a .json or a .jsonl file"
-FORMAT_CHOICES = [("auto", "Detect from the file")] + [
-    (value, label) for value, label in BenchmarkSource.choices if value in FORMATS
-]
-
-# The split names a file (qrels/<split>.tsv), so it may not carry a path.
-split_validator = RegexValidator(SPLIT_PATTERN, "Use letters, digits, '.', '_' or '-'.")
+from harness_app.models import PolicyConfig
+from harness_app.serializers import PolicyConfigSerializer
+from harness_app.upload_limits import (
+    FORMAT_CHOICES,
+    MAX_UPLOAD_BYTES,
+    UPLOAD_KINDS,
+    UPLOAD_SUFFIXES,
+    split_validator,
+)
 
 
 class BenchmarkUploadForm(forms.Form):
@@ -112,9 +108,6 @@ class PolicyConfigForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        # Imported here: the serializers module imports this one for the upload limits.
-        from harness_app.serializers import PolicyConfigSerializer
-
         # An edit is checked against the stored row, so its own name is not "taken".
         instance = self.instance if self.instance.pk else None
         checked = PolicyConfigSerializer(instance, data=dict(cleaned))

@@ -8,17 +8,17 @@ from typing import Any
 from django.core.files.uploadedfile import UploadedFile
 from rest_framework import serializers
 
-from harness_app.forms import (
+from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
+from harness_app.ids import as_id, id_problem
+from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind, VerifierKind
+from harness_app.selectors import import_job_progress
+from harness_app.upload_limits import (
     FORMAT_CHOICES,
     MAX_UPLOAD_BYTES,
     UPLOAD_KINDS,
     UPLOAD_SUFFIXES,
     split_validator,
 )
-from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
-from harness_app.ids import as_id, id_problem
-from harness_app.models import Benchmark, ImportJob, PolicyConfig, PolicyKind, VerifierKind
-from harness_app.selectors import import_job_progress
 
 # What Sampling.from_json reads; anything else would be ignored without a word.
 SAMPLING_TYPES: dict[str, type] = {

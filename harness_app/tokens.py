@@ -1,10 +1,11 @@
-"""API tokens that expire, and that a password change revokes (issue 21.6).
+"""API tokens that expire (issue 21.6).
 
 DRF's tokens never expire and outlive the password that obtained them. Here a token older
 than API_TOKEN_TTL_S seconds (0: no limit) is refused with 401 and a message that says
-so (POST /api/token/, harness_app/api.py, replaces an expired token with a new one), and
-saving a user whose password hash changed deletes that user's tokens. No DRF view is
-imported here: DRF's settings import this module while its views are being defined.
+so (POST /api/token/, harness_app/api.py, replaces an expired token with a new one through
+`services.users.api_token_obtain`); a password change revokes the user's tokens
+(`services.users.user_password_set`). No DRF view is imported here: DRF's settings import
+this module while its views are being defined.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
@@ -36,16 +36,3 @@ class ExpiringTokenAuthentication(TokenAuthentication):
                 "Token expired: POST your username and password to /api/token/ for a new one."
             )
         return user, token
-
-
-def revoke_tokens_on_password_change(sender: Any, instance: Any, **kwargs: Any) -> None:
-    """pre_save of the user model: a new password hash deletes the user's API tokens."""
-    update_fields = kwargs.get("update_fields")
-    if instance.pk is None or kwargs.get("raw"):
-        return
-    if update_fields is not None and "password" not in update_fields:
-        return
-    stored = get_user_model().objects.filter(pk=instance.pk).values_list("password", flat=True)
-    old = stored.first()
-    if old is not None and old != instance.password:
-        Token.objects.filter(user_id=instance.pk).delete()

@@ -18,7 +18,7 @@ from harness_app.harness.answers import query_answers
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.llm.chat_policy import ChatPolicy, ChatPolicyConfig
-from harness_app.harness.llm.client import ChatClient, ModelCallRecord, Sampling
+from harness_app.harness.llm.client import ChatClient, Sampling
 from harness_app.harness.llm.verifier import LLMVerifier
 from harness_app.harness.policies import rule_policy
 from harness_app.harness.policies.base import Policy
@@ -183,11 +183,6 @@ def retriever_reranked(retriever: Retriever, config: PolicyConfig) -> Retriever:
     )
 
 
-def _drain(policy: Policy, sent: int) -> tuple[list[tuple[int, ModelCallRecord]], int]:
-    calls = getattr(policy, "calls", [])
-    return calls[sent:], len(calls)
-
-
 def episode_run(*, episode_id: int) -> str:
     """Play the episode if it is ours to play; returns what happened, for the task log."""
     claim = rollouts.episode_claim(episode_id=episode_id)
@@ -212,28 +207,16 @@ def _play(claim: rollouts.Claim) -> str:
     retriever = retriever_reranked(
         corpus_searcher(batch.benchmark.corpus, batch.policy.retriever), batch.policy
     )
-    verifier = verifier_build(batch.policy, batch)
-    env = SearchHarness(
+    with SearchHarness(
         retriever,
         config=harness_config(batch.policy, batch),
         ablation=Ablation.from_json(batch.ablation),
-        verifier=verifier,
-    )
-    try:
-        return _run(claim, episode, env, verifier, started)
-    finally:
-        for service in (verifier, retriever):
-            if isinstance(service, LLMVerifier | RerankingRetriever):
-                service.close()
+        verifier=verifier_build(batch.policy, batch),
+    ) as env:
+        return _run(claim, episode, env, started)
 
 
-def _run(
-    claim: rollouts.Claim,
-    episode: Episode,
-    env: SearchHarness,
-    verifier: LLMVerifier | None,
-    started: float,
-) -> str:
+def _run(claim: rollouts.Claim, episode: Episode, env: SearchHarness, started: float) -> str:
     batch, group, query = episode.rollout_parts()
     policy = policy_build(
         batch.policy,
@@ -254,27 +237,27 @@ def _run(
         max_turns=env.config.max_steps,  # a guard: the harness ends the episode itself
         weights=RewardWeights.from_json(batch.reward_weights),
     )
-    sent = 0
     cancelled = False
     previous: HarnessStateJson | None = None
     for record in run:
-        calls, sent = _drain(policy, sent)
-        rollouts.turn_record(claim=claim, turn=record, calls=calls, previous_state=previous)
-        if verifier is not None:
+        rollouts.turn_record(claim=claim, turn=record, previous_state=previous)
+        if record.calls.verifier:
             verifier_calls_record(
-                episode=claim.episode, turn_index=record.turn, calls=verifier.drain()
+                episode=claim.episode, turn_index=record.turn, calls=record.calls.verifier
             )
         previous = record.state
         if rollouts.episode_is_cancelled(claim=claim):
             cancelled = True
             break
-    calls, sent = _drain(policy, sent)
-    rollouts.model_calls_record(claim=claim, calls=calls)  # e.g. the failed final call
-    if verifier is not None:  # the failed calls of a step the verifier broke off
-        verifier_calls_record(
-            episode=claim.episode, turn_index=env.state.turn, calls=verifier.drain()
-        )
     result = run.result()
+    # The calls of a step that broke off: e.g. the failed final call, or a verifier's.
+    rollouts.model_calls_record(claim=claim, calls=result.unrecorded_calls.model)
+    if result.unrecorded_calls.verifier:
+        verifier_calls_record(
+            episode=claim.episode,
+            turn_index=env.state.turn,
+            calls=result.unrecorded_calls.verifier,
+        )
     reason = "cancelled" if cancelled else result.termination_reason or "unknown"
     ended_well = not cancelled and reason not in rollouts.FAILURE_REASONS
     answer = episode_answer(spec, env, env.retriever) if ended_well else {}

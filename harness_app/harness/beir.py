@@ -16,15 +16,14 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness_app.harness.answers import query_answers
-from harness_app.harness.types import Document, QuerySpec
+from harness_app.harness.types import Document, JSONObject, QuerySpec
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 QRELS_HEADER = ("query-id", "corpus-id", "score")
 
-Metadata = dict[str, Any]
+Metadata = JSONObject
 QueryRow = tuple[str, str, Metadata]
 Qrels = dict[str, dict[str, int]]
 
@@ -67,7 +66,7 @@ def iter_lines(
                 yield number, line
 
 
-def _json_object(path: Path | str, number: int, line: str) -> dict[str, Any]:
+def _json_object(path: Path | str, number: int, line: str) -> JSONObject:
     try:
         value = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -79,7 +78,7 @@ def _json_object(path: Path | str, number: int, line: str) -> dict[str, Any]:
 
 
 def _string(
-    path: Path | str, number: int, row: dict[str, Any], field: str, *, default: str | None = None
+    path: Path | str, number: int, row: JSONObject, field: str, *, default: str | None = None
 ) -> str:
     """row[field] as a string; missing is an error unless a default is given."""
     if field not in row:
@@ -92,7 +91,7 @@ def _string(
     return value
 
 
-def _record_id(path: Path | str, number: int, row: dict[str, Any]) -> str:
+def _record_id(path: Path | str, number: int, row: JSONObject) -> str:
     doc_id = _string(path, number, row, "_id")
     if not doc_id.strip():
         raise BeirFormatError(path, number, "is blank", "_id")

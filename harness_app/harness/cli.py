@@ -24,8 +24,8 @@ answers each question from the curated set, and the aggregate carries `answer_em
 `ablate` runs Harness-1's named ablation conditions (`ablation.REFERENCE_CONDITIONS`) x N
 runs in this one process and reports each of the reference's metrics as mean and std
 across runs: a table, or with --json one object with a `conditions` list; --csv writes the
-reference's CSV columns with the means. The work is `ablate.matrix_run`, which the web app's
-ablation matrices call too.
+reference's CSV columns with the means. The work is `ablation_matrix.matrix_run`, which the
+web app's ablation matrices call too; that of `eval` is in condition_eval.py.
 
 Every command takes `--retriever bm25|dense|hybrid` (default bm25): the search tools of
 `eval` and `ablate` then use it, and `bench-retrieval` scores it (nDCG@10, recall@10/30/100).
@@ -53,66 +53,36 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness_app.harness.ablate import (
-    across_runs,
-    format_matrix,
-    matrix_csv,
-    matrix_report,
-    matrix_run,
-)
 from harness_app.harness.ablation import (
     MECHANISMS,
     REFERENCE_CONDITIONS,
     Ablation,
     reference_conditions,
 )
+from harness_app.harness.ablation_matrix import (
+    format_matrix,
+    matrix_csv,
+    matrix_report,
+    matrix_run,
+)
 from harness_app.harness.answer_eval import (
-    AnswerStep,
     add_reader_arguments,
-    answer_means,
     answer_step_from_args,
 )
 from harness_app.harness.beir import BeirFormatError, beir_paths, beir_queries
+from harness_app.harness.condition_eval import (
+    aggregate_rows,
+    combine_runs,
+    format_table,
+    run_condition,
+)
 from harness_app.harness.config import HarnessConfig
-from harness_app.harness.env import SearchHarness
 from harness_app.harness.metrics import single_search_recall
-from harness_app.harness.policies import POLICY_FACTORIES, make_policy
+from harness_app.harness.policies import POLICY_FACTORIES
 from harness_app.harness.reward import REWARD_PRESETS, RewardConfigError, RewardWeights
-from harness_app.harness.runner import run_episode
-from harness_app.harness.types import QuerySpec, Retriever
+from harness_app.harness.types import JSONObject, QuerySpec, Retriever
 
 EXIT_USAGE = 2
-TABLE_COLUMNS = (
-    "condition",
-    "n",
-    "recall",
-    "trajectory_recall",
-    "final_answer_recall",
-    "tool_diversity",
-    "turns",
-    "errors",
-    "reward",
-)
-# Per-query values averaged into the aggregate (metric name -> aggregate name).
-AVERAGED = {
-    "curated_recall": "recall",
-    "precision": "precision",
-    "f_beta": "f2",
-    "final_answer_recall": "final_answer_recall",
-    "trajectory_recall": "trajectory_recall",
-    "trajectory_final_answer_recall": "trajectory_final_answer_recall",
-    "tool_diversity": "tool_diversity",
-    "turns": "turns",
-    "format_errors": "errors",
-    "curated_count": "curated_size",
-    "reward": "reward",
-    "bm25_recall_same_k": "bm25_recall_same_k",
-    "bm25_final_answer_recall_same_k": "bm25_final_answer_recall_same_k",
-    "shown_count": "shown",
-    "bm25_recall_same_shown": "bm25_recall_same_shown",
-    "bm25_final_answer_recall_same_shown": "bm25_final_answer_recall_same_shown",
-    "seconds": "seconds_per_query",
-}
 
 
 class CliError(Exception):
@@ -180,129 +150,6 @@ def conditions_from_args(args: argparse.Namespace) -> list[Ablation]:
         raise CliError(str(exc)) from None
 
 
-def evaluate_condition(
-    retriever: Retriever,
-    queries: Sequence[QuerySpec],
-    *,
-    policy_name: str,
-    ablation: Ablation,
-    config: HarnessConfig,
-    run: int = 0,
-    weights: RewardWeights | None = None,
-    answer_step: AnswerStep | None = None,
-) -> Iterator[dict[str, Any]]:
-    """One row per query: metrics, reward and plain BM25 at the episode's curated size;
-    with an answer step, the reader's answer and its EM and F1."""
-    env = SearchHarness(retriever, config=config, ablation=ablation)
-    tools = [schema["function"]["name"] for schema in env.tool_schemas()]
-    for query in queries:
-        policy = make_policy(policy_name, tools=tools, seed=run)
-        result = run_episode(env, policy, query, weights=weights)
-        # Compare like with like: the curated set against BM25 cut at its size, and the
-        # whole trajectory against BM25 cut at the number of documents the episode showed.
-        bm25 = single_search_recall(retriever, query, result.metrics.curated_count)
-        bm25_shown = single_search_recall(retriever, query, result.metrics.shown_count)
-        answer = (
-            {} if answer_step is None else answer_step.fields(query, env.state.curated, retriever)
-        )
-        yield {
-            "condition": ablation.label,
-            "run": run,
-            "query_id": query.query_id,
-            "policy": result.policy,
-            "termination_reason": result.termination_reason,
-            "error": result.error,
-            **result.metrics.to_json(),
-            "reward": result.reward.total,
-            "reward_components": result.reward.to_json(),
-            "bm25_recall_same_k": bm25.curated,
-            "bm25_final_answer_recall_same_k": bm25.final_answer,
-            "bm25_recall_same_shown": bm25_shown.curated,
-            "bm25_final_answer_recall_same_shown": bm25_shown.final_answer,
-            "curated_ids": result.curated_ids,
-            "seconds": round(result.seconds, 4),
-            **answer,
-        }
-
-
-def run_condition(
-    retriever: Retriever,
-    queries: Sequence[QuerySpec],
-    *,
-    policy_name: str,
-    ablation: Ablation,
-    config: HarnessConfig,
-    runs: int,
-    out: TextIO | None = None,
-    weights: RewardWeights | None = None,
-    answer_step: AnswerStep | None = None,
-) -> list[list[dict[str, Any]]]:
-    """Every run of one condition, as its per-query rows; each row is written to `out` as
-    soon as it is scored."""
-    per_run = []
-    for run in range(runs):
-        rows = []
-        for row in evaluate_condition(
-            retriever,
-            queries,
-            policy_name=policy_name,
-            ablation=ablation,
-            config=config,
-            run=run,
-            weights=weights,
-            answer_step=answer_step,
-        ):
-            rows.append(row)
-            if out is not None:  # row by row, so a long reader run shows its progress
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                out.flush()
-        per_run.append(rows)
-    return per_run
-
-
-def aggregate_rows(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Mean of each averaged value over the rows of one run, and the reader's scores."""
-    means = {
-        name: statistics.fmean(float(row[key]) for row in rows) for key, name in AVERAGED.items()
-    }
-    return {**means, **answer_means(rows)}
-
-
-def combine_runs(
-    condition: str, policy: str, n: int, per_run: Sequence[dict[str, float]]
-) -> dict[str, Any]:
-    """Mean over runs of each aggregate, plus its spread across runs as `<name>_std`."""
-    summary: dict[str, Any] = {"condition": condition, "policy": policy, "n": n}
-    summary["runs"] = len(per_run)
-    names = [*AVERAGED.values(), *(k for k in per_run[0] if k not in AVERAGED.values())]
-    for name in names:
-        if all(name in run for run in per_run):
-            summary[name], summary[f"{name}_std"] = across_runs(per_run, name)
-    return summary
-
-
-def format_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """A fixed-width text table, one line per condition."""
-    return _text_table(
-        [*TABLE_COLUMNS], [[_cell(s, column) for column in TABLE_COLUMNS] for s in summaries]
-    )
-
-
-def _text_table(header: list[str], lines: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *lines]
-    )
-
-
-def _cell(summary: dict[str, Any], column: str) -> str:
-    value = summary[column]
-    if isinstance(value, float):
-        return f"{value:.2f}" if column in ("turns", "errors", "tool_diversity") else f"{value:.3f}"
-    return str(value)
-
-
 @contextmanager
 def _rows_file(path: str | None) -> Iterator[TextIO | None]:
     if path is None:
@@ -366,9 +213,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summaries(
-    summaries: list[dict[str, Any]], args: argparse.Namespace, took: float
-) -> None:
+def _print_summaries(summaries: list[JSONObject], args: argparse.Namespace, took: float) -> None:
     if args.all_ablations and not args.json:
         print(format_table(summaries))
         print(f"({len(summaries)} conditions x {args.runs} run(s), {took:.1f}s)")
@@ -377,11 +222,11 @@ def _print_summaries(
         print(json.dumps({**summary, "wall_seconds": round(took, 2)}))
 
 
-# -- ablate: the reference's condition matrix (the work is in ablate.py) -------------------
+# -- ablate: the reference's condition matrix (the work is in ablation_matrix.py) ----------
 
 
-def write_matrix_csv(path: str, entries: Sequence[dict[str, Any]]) -> None:
-    """The reference's CSV (`ablate.matrix_csv`) written to `path`."""
+def write_matrix_csv(path: str, entries: Sequence[JSONObject]) -> None:
+    """The reference's CSV (`ablation_matrix.matrix_csv`) written to `path`."""
     try:
         with open(path, "w", encoding="utf-8", newline="") as handle:
             handle.write(matrix_csv(entries))
@@ -435,7 +280,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def _print_matrix(
-    entries: list[dict[str, Any]], args: argparse.Namespace, dataset: str, took: float
+    entries: list[JSONObject], args: argparse.Namespace, dataset: str, took: float
 ) -> None:
     if args.json:
         report = matrix_report(
@@ -475,7 +320,7 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_retrieval(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _bench_retrieval(folder: Path, args: argparse.Namespace) -> JSONObject:
     from harness_app.harness.retrieval import evaluate_beir
     from harness_app.harness.retrieval.dense import DenseIndexError
     from harness_app.harness.retrieval.encoder import EncoderUnavailableError
@@ -497,7 +342,7 @@ def cmd_single_bm25(args: argparse.Namespace) -> int:
     folder = _check_folder(args.beir_dir, args.split)
     queries = _load_queries(folder, args.split, args.limit)
     retriever = _open_retriever(folder, args.index_dir, args.retriever)
-    result: dict[str, Any] = {"dataset": folder.name, "split": args.split, "n": len(queries)}
+    result: JSONObject = {"dataset": folder.name, "split": args.split, "n": len(queries)}
     for k in sorted(set(args.k)):
         if k < 1:
             raise CliError(f"--k must be at least 1, got {k}")
@@ -510,7 +355,7 @@ def cmd_single_bm25(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plain(result: dict[str, Any]) -> str:
+def _plain(result: JSONObject) -> str:
     return "  ".join(f"{key} {value}" for key, value in result.items())
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness_app.harness.budget import CONTEXT_MODES, WARNING_LEVELS
 from harness_app.harness.tools import ToolLimits
+from harness_app.harness.types import JSONObject
 
 
 def _env_float(name: str, default: float) -> float:
@@ -121,7 +122,7 @@ class HarnessConfig:
             max_pattern_chars=self.grep_max_pattern_chars,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["budget_warnings"] = list(self.budget_warnings)
         return out

@@ -30,7 +30,7 @@ episode loop, termination and observation assembly.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.budget import TokenCounter, estimate_tokens
@@ -46,15 +46,33 @@ from harness_app.harness.tools import (
     parse_arguments,
     tool_specs,
 )
-from harness_app.harness.types import Observation, QuerySpec, Retriever, ToolCall, ToolResult
+from harness_app.harness.types import (
+    CallRecorder,
+    Closeable,
+    JSONObject,
+    Observation,
+    QuerySpec,
+    Retriever,
+    ToolCall,
+    ToolResult,
+    ending,
+)
 from harness_app.harness.verify import LexicalVerifier, Verifier
 from harness_app.harness.working_memory import render_working_memory
+
+if TYPE_CHECKING:
+    from harness_app.harness.llm.verifier import VerifierCallRecord
 
 __all__ = ["SearchHarness"]
 
 
 class SearchHarness:
-    """One environment instance; reusable for many episodes, one at a time."""
+    """One environment instance; reusable for many episodes, one at a time.
+
+    It owns the retriever and verifier it is given: `close()` (or leaving a `with` block)
+    closes each that holds connections (an LLM verifier, a reranker over the index), and
+    `take_verifier_calls()` hands over the calls a recording verifier made.
+    """
 
     def __init__(
         self,
@@ -90,6 +108,23 @@ class SearchHarness:
             return
         self._count = counter or estimate_tokens
         self._exact = counter is not None
+
+    def close(self) -> None:
+        """Release the services this harness was given; the index stays open."""
+        for service in (self.verifier, self.retriever):
+            if isinstance(service, Closeable):
+                service.close()
+
+    def __enter__(self) -> SearchHarness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def take_verifier_calls(self) -> list[VerifierCallRecord]:
+        """The verifier's calls to its model since the last take; [] for one that makes none."""
+        verifier = self.verifier
+        return verifier.take_calls() if isinstance(verifier, CallRecorder) else []
 
     @property
     def state(self) -> HarnessState:
@@ -230,12 +265,14 @@ class SearchHarness:
             working_memory = self._render()
         else:
             working_memory = self._count_context(results_text, calls)
+        terminated, truncated = ending(state.done, state.termination_reason)
         return Observation(
             turn=state.turn,
             text=_compose(results_text, working_memory),
             tool_results=results,
             working_memory=working_memory,
-            done=state.done,
+            terminated=terminated,
+            truncated=truncated,
             termination_reason=state.termination_reason,
             info={"tokens_used": state.tokens_used},
         )
@@ -266,12 +303,14 @@ class SearchHarness:
             for c in tool_calls
         ]
         working_memory = self._render()
+        terminated, truncated = ending(True, self.state.termination_reason)
         return Observation(
             turn=self.state.turn,
             text=_compose(_results_text(results), working_memory),
             tool_results=results,
             working_memory=working_memory,
-            done=True,
+            terminated=terminated,
+            truncated=truncated,
             termination_reason=self.state.termination_reason,
         )
 
@@ -319,7 +358,7 @@ def _action_pieces(call: ToolCall) -> tuple[str, str]:
     return str(call.name), arguments
 
 
-def _event_json(event: CurationEvent) -> dict[str, Any]:
+def _event_json(event: CurationEvent) -> JSONObject:
     return {
         "turn": event.turn,
         "kind": event.kind,

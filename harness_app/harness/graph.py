@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from harness_app.harness.types import Document
+from harness_app.harness.types import Document, JSONObject
 
 MAX_ENTITIES_PER_DOC = 24
 ENTITY_KINDS = ("name", "work", "acronym", "number", "year")
@@ -162,7 +162,7 @@ class Entity:
     doc_ids: list[str]
     first_turn: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "key": self.key,
             "label": self.label,
@@ -250,7 +250,7 @@ class EvidenceGraph:
         doc = self.docs.get(doc_id)
         return [] if doc is None else [self.entities[k] for k in doc.entity_keys]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "entities": {k: e.to_json() for k, e in self.entities.items()},
             "docs": {

@@ -25,7 +25,7 @@ import httpx
 from harness_app.harness.answers import score_answer
 from harness_app.harness.llm.client import ChatClient, ModelCallError, Sampling
 from harness_app.harness.state import IMPORTANCE_RANK
-from harness_app.harness.types import Document, QuerySpec, Retriever
+from harness_app.harness.types import Document, JSONObject, QuerySpec, Retriever
 
 READER_PROMPT_VERSION = "reader-v1"
 READER_SYSTEM_PROMPT = (
@@ -82,7 +82,7 @@ class ReaderResult:
     error: str = ""
     judge: bool | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 

@@ -3,14 +3,19 @@
 Pure: no I/O, no persistence. The CLI collects the records in memory; the Celery rollout
 worker iterates an `EpisodeRun` and saves each `TurnRecord` as soon as it is yielded, so a
 crashed or slow episode still shows its turns in the UI.
+
+A turn's record carries the outside calls made for it (`StepCalls`): the policy's model
+calls and the harness's verifier calls, taken from whichever of them records its calls
+(`types.CallRecorder`). Calls of a step that broke off (a policy that gave up after failed
+calls, a verifier whose service failed) belong to no turn; the result carries them.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness_app.harness.metrics import (
     EpisodeMetrics,
@@ -23,6 +28,8 @@ from harness_app.harness.policies.base import Policy, PolicyError
 from harness_app.harness.reward import RewardBreakdown, RewardWeights, compute_reward
 from harness_app.harness.state import HarnessStateJson
 from harness_app.harness.types import (
+    CallRecorder,
+    JSONObject,
     Observation,
     QuerySpec,
     ServiceError,
@@ -30,6 +37,10 @@ from harness_app.harness.types import (
     ToolCallJson,
     ToolResultJson,
 )
+
+if TYPE_CHECKING:
+    from harness_app.harness.llm.client import ModelCallRecord
+    from harness_app.harness.llm.verifier import VerifierCallRecord
 
 # Termination reasons the runner itself sets; the environment's own reasons pass through.
 POLICY_ERROR = "policy_error"
@@ -60,6 +71,17 @@ class HarnessLike(Protocol):
 
     def step(self, calls: list[ToolCall]) -> Observation: ...
 
+    def take_verifier_calls(self) -> list[VerifierCallRecord]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepCalls:
+    """The outside calls of one step: the policy's model calls, each with the turn it was
+    made for, and the verifier's calls to its model."""
+
+    model: list[tuple[int, ModelCallRecord]] = field(default_factory=list)
+    verifier: list[VerifierCallRecord] = field(default_factory=list)
+
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
@@ -74,13 +96,22 @@ class TurnRecord:
     recall: RecallSoFar
     policy_seconds: float
     env_seconds: float
-    done: bool
+    terminated: bool
+    truncated: bool
     termination_reason: str
     info: dict[str, Any] = field(default_factory=dict)
+    calls: StepCalls = field(default_factory=StepCalls)
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def to_json(self) -> JSONObject:
+        # The calls are stored apart (ModelCall and VerifierCall rows), never inline.
+        data = asdict(replace(self, calls=StepCalls()))
+        del data["calls"]
         data["recall"] = self.recall.to_json()
+        data["done"] = self.done
         return data
 
 
@@ -95,8 +126,10 @@ class EpisodeResult:
     curated_ids: list[str]
     seconds: float
     error: str = ""  # the PolicyError or ServiceError message when the episode broke off
+    # The calls of a step that broke off, which no TurnRecord carries.
+    unrecorded_calls: StepCalls = field(default_factory=StepCalls)
 
-    def to_json(self, *, with_turns: bool = True) -> dict[str, Any]:
+    def to_json(self, *, with_turns: bool = True) -> JSONObject:
         """JSON-ready dict; without turns it is a compact per-query row for reports."""
         data: dict[str, Any] = {
             "query_id": self.query_id,
@@ -208,12 +241,19 @@ class EpisodeRun:
             recall=recall_so_far_from_state(self.env.state, self.query),
             policy_seconds=policy_s,
             env_seconds=env_s,
-            done=obs.done,
+            terminated=obs.terminated,
+            truncated=obs.truncated,
             termination_reason=obs.termination_reason,
             info=dict(obs.info),
+            calls=self._take_calls(),
         )
         self.records.append(record)
         return record
+
+    def _take_calls(self) -> StepCalls:
+        policy = self.policy
+        model = policy.take_calls() if isinstance(policy, CallRecorder) else []
+        return StepCalls(model=model, verifier=self.env.take_verifier_calls())
 
     def result(self) -> EpisodeResult:
         """Metrics and reward of the episode as it stands.
@@ -240,6 +280,7 @@ class EpisodeRun:
             curated_ids=sorted(self.env.state.curated_ids()),
             seconds=self.seconds,
             error=self.error,
+            unrecorded_calls=self._take_calls(),
         )
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
 from harness_app.harness.graph import EvidenceGraph
+from harness_app.harness.types import JSONObject
 
 IMPORTANCE_LEVELS: tuple[str, ...] = ("very_high", "high", "fair", "low")
 IMPORTANCE_RANK: dict[str, int] = {"very_high": 3, "high": 2, "fair": 1, "low": 0}
@@ -102,7 +103,7 @@ class VerificationRecord:
 
 # One record's fields by name: the JSON of PoolEntry, MemoryEntry, CuratedItem, CurationEvent,
 # SearchRecord or VerificationRecord.
-RecordJson = dict[str, Any]
+RecordJson = JSONObject
 _Record = TypeVar("_Record")
 
 
@@ -129,7 +130,7 @@ class HarnessStateJson(TypedDict):
     suppressed: dict[str, str]
     searches: list[RecordJson]
     verifications: list[RecordJson]
-    graph: dict[str, Any]
+    graph: JSONObject
 
 
 def _record_json(record: Any) -> RecordJson:

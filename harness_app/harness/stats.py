@@ -2,7 +2,7 @@
 
 Pure Python, so the web app's evaluation runs (trajectories/selectors/evaluations.py) and any
 script compute them alike. The spread is the one `ablate` reports (the mean over runs and the
-population std across runs, `ablate.across_runs`); the paired comparison resamples queries,
+population std across runs, `ablation_matrix.across_runs`); the paired comparison resamples queries,
 the unit that is shared by both configurations, with replacement.
 """
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.state import IMPORTANCE_LEVELS
+from harness_app.harness.types import JSONObject
 
 # The tool names, as models call them and as state and persisted episodes record them.
 SEARCH_CORPUS = "search_corpus"
@@ -55,7 +56,7 @@ class ToolSpec:
     # What validation accepts when it is wider than what is advertised (see curate).
     accepts: dict[str, Any] | None = None
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> JSONObject:
         return {
             "type": "function",
             "function": {
@@ -66,16 +67,16 @@ class ToolSpec:
         }
 
 
-def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def _obj(properties: dict[str, Any], required: list[str]) -> JSONObject:
     return {
         "type": "object",
         "properties": properties,
-        "required": required,
+        "required": [*required],
         "additionalProperties": False,
     }
 
 
-def _string(description: str, max_length: int) -> dict[str, Any]:
+def _string(description: str, max_length: int) -> JSONObject:
     return {
         "type": "string",
         "description": description,
@@ -84,7 +85,7 @@ def _string(description: str, max_length: int) -> dict[str, Any]:
     }
 
 
-def _ids(description: str, max_items: int, min_items: int = 1) -> dict[str, Any]:
+def _ids(description: str, max_items: int, min_items: int = 1) -> JSONObject:
     return {
         "type": "array",
         "description": description,

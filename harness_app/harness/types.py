@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypedDict, TypeVar, runtime_checkable
+
+CallT = TypeVar("CallT")
+
+# One name for a JSON value (as healthchecks' hc/lib/typealias.py does): the shapes that go
+# over the wire, into a JSON file or a JSONField, in place of `dict[str, Any]`.
+JSONValue: TypeAlias = str | int | float | bool | list["JSONValue"] | dict[str, "JSONValue"] | None
+JSONObject: TypeAlias = dict[str, JSONValue]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,22 +139,56 @@ class ToolResultJson(TypedDict):
     error: str
 
 
+# Reasons the harness cut an episode short of the agent's own end: a budget ran out.
+TRUNCATING_REASONS = frozenset({"max_turns", "context_budget"})
+
+
 @dataclass(slots=True)
 class Observation:
     """What `reset` and `step` return.
 
     `text` is the whole observation as the model sees it this turn: the tool results followed
-    by the rendered WORKINGMEMORY. `done` is set when the episode ended (end_search, budget,
-    or repeated format errors) with `termination_reason` saying which.
+    by the rendered WORKINGMEMORY. As in gymnasium, `terminated` is set when the episode
+    ended by the agent's own doing (end_search, or repeated format errors) and `truncated`
+    when a budget cut it (max_turns, context_budget: `TRUNCATING_REASONS`);
+    `termination_reason` says which, and `done` is either.
     """
 
     turn: int
     text: str
     tool_results: list[ToolResult]
     working_memory: str
-    done: bool = False
+    terminated: bool = False
+    truncated: bool = False
     termination_reason: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+def ending(done: bool, reason: str) -> tuple[bool, bool]:
+    """(terminated, truncated) of an episode in this state."""
+    truncated = done and reason in TRUNCATING_REASONS
+    return done and not truncated, truncated
+
+
+@runtime_checkable
+class CallRecorder(Protocol[CallT]):
+    """Something that calls an outside model (an LLM policy, an LLM verifier) and keeps a
+    record of each call until it is taken: the runner puts them on the turn's record."""
+
+    def take_calls(self) -> list[CallT]:
+        """The calls made since the last take, oldest first."""
+        ...
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A service with connections to release (an LLM verifier, a reranker)."""
+
+    def close(self) -> None: ...
 
 
 class ServiceError(RuntimeError):

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from harness_app.services.users import user_password_set
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -21,11 +22,30 @@ def _token_for(api, username="rita", password="pw-123456"):
 
 def test_a_password_change_revokes_the_users_tokens(anonymous_api, researcher):
     key = _token_for(anonymous_api)
-    researcher.set_password("a-new-pw-789")
-    researcher.save()
+    user_password_set(user=researcher, password="a-new-pw-789")
     assert not Token.objects.filter(user=researcher).exists()
     anonymous_api.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     assert anonymous_api.get("/api/benchmarks/").status_code == 401
+    anonymous_api.credentials()
+    assert _token_for(anonymous_api, password="a-new-pw-789") != key
+
+
+def test_a_password_changed_in_the_admin_revokes_the_users_tokens(
+    anonymous_api, researcher, client
+):
+    key = _token_for(anonymous_api)
+    admin = factories.user("root", None)
+    admin.is_staff = admin.is_superuser = True
+    admin.save()
+    client.force_login(admin)
+    response = client.post(
+        f"/admin/auth/user/{researcher.pk}/password/",
+        {"usable_password": "true", "password1": "x-New-pw-789!", "password2": "x-New-pw-789!"},
+    )
+    assert response.status_code == 302, response.content
+    assert not Token.objects.filter(key=key).exists()
+    researcher.refresh_from_db()
+    assert researcher.check_password("x-New-pw-789!")
 
 
 def test_other_saves_keep_the_token(anonymous_api, researcher):

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from harness_app.harness import policies
-from harness_app.harness.ablate import matrix_run
 from harness_app.harness.ablation import (
     CONDITION_ALIASES,
     MECHANISMS,
     REFERENCE_CONDITIONS,
     reference_conditions,
 )
+from harness_app.harness.ablation_matrix import matrix_run
 from harness_app.harness.beir import beir_queries
 from harness_app.harness.cli import main
 from harness_app.harness.config import HarnessConfig

@@ -17,7 +17,7 @@ import pytest
 
 from harness_app.harness.ablation import Ablation
 from harness_app.harness.beir import beir_queries
-from harness_app.harness.cli import evaluate_condition
+from harness_app.harness.condition_eval import evaluate_condition
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness
 from harness_app.harness.grep import compile_pattern, scan

@@ -214,7 +214,7 @@ def token_server(completions):
 
 
 def test_token_in_prompts_extend_the_sampled_tokens_exactly():
-    from harness_app.harness.llm.reconstruct import CallTokens, reconstruct_prefix_merged
+    from harness_app.harness.llm.reconstruct import CallTokens, reconstruct
 
     action = json.dumps({"tool": "search_corpus", "arguments": {"query": "x"}})
     # Sampled ids (7, 8, 9) are not what the template would produce for the text.
@@ -235,7 +235,7 @@ def test_token_in_prompts_extend_the_sampled_tokens_exactly():
         CallTokens(i, r.prompt_token_ids, r.completion_token_ids, r.completion_logprobs)
         for i, (_, r) in enumerate(policy.calls)
     ]
-    chains, breaks = reconstruct_prefix_merged(calls)
+    chains, breaks = reconstruct(calls)
     assert len(chains) == 1 and [b.reason for b in breaks] == ["first_call"]
     assert chains[0].loss_mask.count(1) == 12  # exactly the 3 x 4 sampled tokens
 

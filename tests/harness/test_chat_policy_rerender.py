@@ -16,7 +16,7 @@ from harness_app.harness.llm.client import ChatClient
 from harness_app.harness.llm.context import PASSES
 from harness_app.harness.llm.reconstruct import (
     CallTokens,
-    reconstruct_prefix_merged,
+    reconstruct,
 )
 from harness_app.harness.types import Observation, ToolResult
 from tests.harness.test_chat_policy import END_OF_TURN, TOOLS, render, token_server
@@ -166,7 +166,7 @@ def test_each_call_is_its_own_training_sequence_with_loss_on_its_completion_only
         )
         for i, r in enumerate(records)
     ]
-    chains, breaks = reconstruct_prefix_merged(calls)
+    chains, breaks = reconstruct(calls)
     assert [b.reason for b in breaks] == ["first_call", "rerender", "rerender", "rerender"]
     assert len(chains) == 4
     for chain, record in zip(chains, records, strict=True):

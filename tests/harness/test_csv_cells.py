@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from harness_app.harness.ablate import MATRIX_METRICS, matrix_csv
+from harness_app.harness.ablation_matrix import MATRIX_METRICS, matrix_csv
 from harness_app.harness.csv_cells import csv_cell, csv_writer
 
 HOSTILE = '=HYPERLINK("http://x","y")'

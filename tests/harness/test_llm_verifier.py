@@ -94,8 +94,8 @@ def test_each_call_is_recorded_with_usage_latency_model_and_token_ids():
         verifier = LLMVerifier(fake.base_url, "fake-model")
         verifier.verify("Ada Lovelace was born in 1816", ADA)
         verifier.verify("Ada Lovelace died in 1852", ADA)
-    calls = verifier.drain()
-    assert verifier.drain() == []  # drained once
+    calls = verifier.take_calls()
+    assert verifier.take_calls() == []  # taken once
     assert [(c.doc_id, c.verdict) for c in calls] == [
         ("Ada_Lovelace", "unsupported"),
         ("Ada_Lovelace", "unsupported"),
@@ -114,7 +114,7 @@ def test_without_token_capture_no_token_ids_are_asked_for_and_the_call_still_cou
         verifier = LLMVerifier(fake.base_url, "fake-model", capture_tokens=False)
         verifier.verify("Ada", ADA)
     assert "return_token_ids" not in fake.requests[0]["body"]
-    (record,) = verifier.drain()
+    (record,) = verifier.take_calls()
     assert record.prompt_token_ids == [] and record.prompt_tokens > 0
 
 
@@ -139,7 +139,7 @@ def test_a_down_verifier_raises_an_error_naming_its_url_and_keeps_the_failed_cal
         verifier.verify("Ada", ADA)
     assert caught.value.reason == "verifier_unreachable"
     assert f"verifier at {url} unreachable" in str(caught.value)
-    calls = verifier.drain()
+    calls = verifier.take_calls()
     assert len(calls) == 2  # the first try and one retry
     assert all(c.error.startswith("model_unreachable") and c.verdict == "" for c in calls)
 
@@ -221,7 +221,7 @@ def test_a_down_verifier_ends_the_episode_with_its_reason_and_url():
 def test_the_real_vllm_judges_a_claim_and_its_call_is_recorded_token_by_token():
     verifier = LLMVerifier(VLLM_URL, base_model(), timeout_s=120.0)
     verdict = verifier.verify("Ada Lovelace was born in London in 1815.", ADA)
-    (record,) = verifier.drain()
+    (record,) = verifier.take_calls()
     assert record.error == ""
     assert verdict.verdict in ("supported", "unsupported", "unclear")
     assert record.verdict == verdict.verdict and record.completion

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from harness_app.harness.ablate import matrix_run
 from harness_app.harness.ablation import Ablation
+from harness_app.harness.ablation_matrix import matrix_run
 from harness_app.harness.beir import beir_queries
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.env import SearchHarness

@@ -43,7 +43,9 @@ def test_a_rewritten_history_gives_two_segments_with_the_same_advantage():
     assert [s.advantage for s in build.sequences] == [-0.2, -0.2]
     assert build.sequences[1].prompt_ids == [1, 2, 9, 10, 11, 20]
     assert build.sequences[1].loss_mask == [1]
-    assert [b.reason for b in build.breaks] == ["prefix mismatch at token 2 of 5"]
+    assert [b.reason for b in build.breaks] == [
+        "history_rewritten: prefix mismatch at token 2 of 5"
+    ]
 
 
 def test_request_mode_makes_one_sequence_per_call_with_the_prompt_outside_the_mask():

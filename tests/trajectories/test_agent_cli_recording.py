@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness_app.harness.llm.reconstruct import reconstruct_by_agent
+from harness_app.harness.llm.reconstruct import reconstruct
 from tests.vllm import VLLM_URL, base_model, needs_vllm
 from trajectories.agent_clis import HARNESS_DIR, cli_launch, installed_clis, launch_run
 from trajectories.models import ModelCall
@@ -106,7 +106,7 @@ def test_each_cli_is_recorded_token_by_token_and_rebuilt_into_chains(kind, serve
         assert 0 < len(call.completion_token_ids) <= 24
         assert len(call.completion_logprobs) == len(call.completion_token_ids)
 
-    chains, breaks = reconstruct_by_agent([call.call_tokens() for call in completed])
+    chains, breaks = reconstruct([call.call_tokens() for call in completed])
     assert chains and breaks[0].reason == "first_call"
     assert len(breaks) == len(chains)  # every chain says why it started
     for chain in chains:

@@ -20,7 +20,8 @@ from trajectories.models import (
     Episode,
 )
 from trajectories.selectors.agreement import cohens_kappa, fleiss_kappa
-from trajectories.services.annotations import annotation_bulk_preview, annotation_label
+from trajectories.selectors.annotation import annotation_bulk_preview
+from trajectories.services.annotations import annotation_label
 
 pytestmark = pytest.mark.django_db
 

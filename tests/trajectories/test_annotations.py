@@ -19,14 +19,13 @@ from trajectories.models import (
     EpisodeStatus,
 )
 from trajectories.selectors.agreement import cohens_kappa, fleiss_kappa
+from trajectories.selectors.annotation import annotation_bulk_preview, reward_hacking_candidates
 from trajectories.services.annotations import (
     AnnotationError,
     annotation_bulk_apply,
-    annotation_bulk_preview,
     annotation_bulk_undo,
     annotation_label,
     annotation_next,
-    reward_hacking_candidates,
     status_from_labels,
 )
 from trajectories.services.rollouts import batch_create

@@ -9,7 +9,7 @@ import io
 
 import pytest
 
-from harness_app.harness.ablate import MATRIX_METRICS
+from harness_app.harness.ablation_matrix import MATRIX_METRICS
 from harness_app.models import PolicyConfig, PolicyKind
 from trajectories.models import AblationMatrix, Episode, EpisodeStatus, MatrixStatus
 from trajectories.services.evaluations import evaluation_create

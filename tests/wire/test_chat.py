@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness_app.harness.llm.reconstruct import CallTokens, reconstruct_by_agent
+from harness_app.harness.llm.reconstruct import CallTokens, reconstruct
 from harness_app.wire.chat import StreamFold, agent_fingerprint, strip_added, upstream_request
 from harness_app.wire.errors import ProtocolError
 from harness_app.wire.record import cut_prompt_ids, ids_from_json, tokens_of
@@ -146,7 +146,7 @@ def test_per_agent_merging_names_subagents_and_compaction():
         CallTokens(3, [1, 2, 3, 4], [5], [-0.3], "v", "main"),
         CallTokens(4, [1, 6], [5], [-0.4], "v", "main"),  # the history was summarised
     ]
-    segments, breaks = reconstruct_by_agent(calls)
+    segments, breaks = reconstruct(calls)
     assert [s.call_ids for s in segments] == [[1, 3], [4], [2]]
     assert [s.agent for s in segments] == ["main", "main", "sub"]
     assert segments[0].loss_mask == [0, 0, 1, 0, 1]

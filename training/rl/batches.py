@@ -26,17 +26,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from harness_app.harness.llm.reconstruct import (
-    EXPECTED_BREAKS,
-    PER_REQUEST,
     PREFIX_MERGE,
     STRATEGIES,
     STRATEGY_ALIASES,
     CallTokens,
     ChainBreak,
     Segment,
-    reconstruct_per_request,
-    reconstruct_prefix_merged,
+    reconstruct,
     strategy_clean,
+    unexpected_breaks,
 )
 from training.rl.advantages import AdvantageSettings, group_advantages
 
@@ -134,13 +132,6 @@ def sequence_from_segment(
     )
 
 
-def _episode_segments(calls: list[CallTokens], mode: str) -> tuple[list[Segment], list[ChainBreak]]:
-    if mode == PER_REQUEST:
-        return reconstruct_per_request(calls), []
-    segments, breaks = reconstruct_prefix_merged(calls)
-    return segments, [b for b in breaks if b.reason not in EXPECTED_BREAKS]
-
-
 def exclusion_reason(episode: EpisodeCalls) -> str:
     """Why the episode cannot be trained on faithfully, or "" when it can."""
     versions = sorted({c.policy_version for c in episode.calls})
@@ -169,8 +160,8 @@ def build_sequences(
         if reason:
             out.exclusions.append(Exclusion(episode.episode_id, reason))
             continue
-        segments, breaks = _episode_segments(episode.calls, mode)
-        out.breaks.extend(breaks)
+        segments, breaks = reconstruct(episode.calls, strategy=mode)
+        out.breaks.extend(unexpected_breaks(breaks))
         trainable = [s for s in segments if s.sampled_tokens]
         advantage = advantages[episode.episode_id]
         out.sequences.extend(

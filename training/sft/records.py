@@ -6,7 +6,7 @@ SFTTrainer takes ({"messages": [...], "tools": [...]}):
 - An LLM episode sent as chat completions: the last successful call's request messages
   plus its reply. The conversation is append-only, so that prompt holds everything before.
 - A recorded episode (an outside agent behind the recording proxy): one record per chain
-  of `reconstruct_by_agent`, the chain's last call's request messages plus its reply. A
+  of prefix merging (`reconstruct`), the chain's last call's request messages plus its reply. A
   session whose agent started subagents or compacted its context has several chains, and
   each is a conversation some agent really had.
 - An LLM episode played in the `rerender` context mode (every prompt rebuilt from the
@@ -53,14 +53,12 @@ from harness_app.harness.ablation import Ablation
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.llm.chat_policy import SYSTEM_PROMPTS
 from harness_app.harness.llm.reconstruct import (
-    EXPECTED_BREAKS,
     PER_REQUEST,
     PREFIX_MERGE,
     CallTokens,
     Segment,
-    reconstruct_by_agent,
-    reconstruct_per_request,
-    reconstruct_prefix_merged,
+    reconstruct,
+    unexpected_breaks,
 )
 from harness_app.harness.tools import tool_specs
 from harness_app.models import PolicyKind, ToolCallFormat
@@ -83,7 +81,7 @@ class EpisodeRows:
     replies: dict[int, dict[str, Any]] = field(default_factory=dict)  # turn_index → message
     last_request: dict[str, Any] | None = None
     calls: list[CallTokens] = field(default_factory=list)
-    # A recorded episode's chains, in reconstruct_by_agent's order: the last call's
+    # A recorded episode's chains, in `reconstruct`'s order: the last call's
     # request and its reply.
     chain_ends: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     # A rerender episode's calls: the messages each prompt was rendered from, the reply and
@@ -161,10 +159,7 @@ def _chain_ends_load(rows: dict[int, EpisodeRows], reconstruction: str) -> None:
     _calls_load(rows)
     ends: dict[int, list[Any]] = {}
     for pk, row in rows.items():
-        if reconstruction == PER_REQUEST:
-            segments = reconstruct_per_request(row.calls)
-        else:
-            segments, _ = reconstruct_by_agent(row.calls)
+        segments, _ = reconstruct(row.calls, strategy=reconstruction)
         ends[pk] = [s.call_ids[-1] for s in segments if s.sampled_tokens]
     wanted = [call_id for ids in ends.values() for call_id in ids]
     found = {
@@ -375,15 +370,11 @@ def tokens_render(rows: EpisodeRows, *, reconstruction: str = PREFIX_MERGE) -> R
     if not any(call.completion_ids for call in rows.calls):
         # No calls, or a server that returned no token ids (a hosted teacher).
         return Rendered([], "skipped:no_token_ids")
-    if reconstruction == PER_REQUEST:
-        segments = reconstruct_per_request(rows.calls)
-        return Rendered(
-            [_token_record(s) for s in segments if s.sampled_tokens], "tokens_per_request"
-        )
-    segments, breaks = reconstruct_prefix_merged(rows.calls)
+    segments, breaks = reconstruct(rows.calls, strategy=reconstruction)
     records = [_token_record(s) for s in segments if s.sampled_tokens]
-    unexpected = [b for b in breaks if b.reason not in EXPECTED_BREAKS]
-    return Rendered(records, "tokens_with_breaks" if unexpected else "tokens")
+    if reconstruction == PER_REQUEST:
+        return Rendered(records, "tokens_per_request")
+    return Rendered(records, "tokens_with_breaks" if unexpected_breaks(breaks) else "tokens")
 
 
 def records_render(

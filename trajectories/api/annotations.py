@@ -10,8 +10,12 @@ from typing import Any
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -20,29 +24,125 @@ from rest_framework.response import Response
 from harness_app.api import CanBrowse, IsResearcher
 from harness_app.ids import as_id, id_problem
 from harness_app.roles import Role, user_has_role
+from harness_app.serializers import RowIdField
+from trajectories.api.episodes import EpisodeSerializer
 from trajectories.api.filters import FILTER_PARAMETERS, filters_from, query_filters
-from trajectories.models import Annotation, AnnotationBulkAction
-from trajectories.selectors.agreement import annotation_agreement
-from trajectories.serializers import (
-    AgreementSerializer,
-    AnnotationCreateSerializer,
-    AnnotationNextSerializer,
-    AnnotationSerializer,
-    AssignmentSerializer,
-    BulkActionSerializer,
-    BulkApplySerializer,
-    BulkCountSerializer,
-    BulkPreviewSerializer,
-    BulkUndoSerializer,
+from trajectories.models import (
+    Annotation,
+    AnnotationBulkAction,
+    AnnotationLabel,
+    Episode,
 )
+from trajectories.selectors.agreement import annotation_agreement
+from trajectories.selectors.annotation import annotation_bulk_preview
 from trajectories.services.annotations import (
+    MAX_OVERLAP,
     AnnotationError,
     annotation_bulk_apply,
-    annotation_bulk_preview,
     annotation_bulk_undo,
     annotation_label,
     annotation_next,
 )
+
+# --- annotations ----------------------------------------------------------------------------
+
+
+class AnnotationSerializer(serializers.ModelSerializer[Annotation]):
+    annotator = serializers.CharField(source="annotator.username", read_only=True)
+
+    class Meta:
+        model = Annotation
+        fields = [
+            "id",
+            "episode",
+            "annotator",
+            "label",
+            "reason",
+            "notes",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class AnnotationCreateSerializer(serializers.Serializer[Any]):
+    episode = RowIdField(queryset=Episode.objects.all())
+    label = serializers.ChoiceField(choices=AnnotationLabel.choices)  # type: ignore[assignment]
+    reason = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    notes = serializers.CharField(required=False, default="", allow_blank=True)
+
+
+class AnnotationNextSerializer(serializers.Serializer[Any]):
+    overlap = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_OVERLAP,
+        required=False,
+        help_text="distinct annotators wanted per episode (default: ANNOTATION_OVERLAP)",
+    )
+    filters = serializers.DictField(default=dict, help_text="episode filters, as for the list")
+
+
+class AssignmentSerializer(serializers.Serializer[Any]):
+    episode = EpisodeSerializer()
+    expires_at = serializers.DateTimeField()
+
+
+class BulkPreviewSerializer(serializers.Serializer[Any]):
+    filters = serializers.DictField(default=dict)
+
+
+class BulkApplySerializer(BulkPreviewSerializer):
+    label = serializers.ChoiceField(choices=AnnotationLabel.choices)  # type: ignore[assignment]
+    reason = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    every_episode = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="with no filters, label every finished episode; without it, no filters is "
+        "refused",
+    )
+
+
+class BulkCountSerializer(serializers.Serializer[Any]):
+    episodes = serializers.IntegerField()
+
+
+class BulkActionSerializer(serializers.ModelSerializer[AnnotationBulkAction]):
+    actor = serializers.CharField(source="actor.username", default=None, allow_null=True)
+
+    class Meta:
+        model = AnnotationBulkAction
+        fields = [
+            "id",
+            "actor",
+            "filters",
+            "label",
+            "reason",
+            "episodes",
+            "created_at",
+            "undone_at",
+        ]
+        read_only_fields = fields
+
+
+class BulkUndoSerializer(serializers.Serializer[Any]):
+    restored = serializers.IntegerField(help_text="episodes whose label went back")
+
+
+class KappaPairSerializer(serializers.Serializer[Any]):
+    annotators = serializers.ListField(child=serializers.IntegerField())
+    episodes = serializers.IntegerField()
+    kappa = serializers.FloatField(allow_null=True)
+
+
+class FleissSerializer(serializers.Serializer[Any]):
+    raters = serializers.IntegerField()
+    episodes = serializers.IntegerField()
+    kappa = serializers.FloatField(allow_null=True)
+
+
+class AgreementSerializer(serializers.Serializer[Any]):
+    cohen = KappaPairSerializer(many=True)
+    fleiss = FleissSerializer()
 
 
 def _annotation_error(exc: AnnotationError, field: str) -> ValidationError:

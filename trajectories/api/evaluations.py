@@ -9,8 +9,8 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -18,20 +18,165 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from harness_app.api import NOT_QUEUED_ANSWER, IsResearcher, not_queued, request_user
-from trajectories.models import EvaluationRun
-from trajectories.selectors import evaluations as selectors
-from trajectories.serializers import (
-    EvaluationCancelSerializer,
-    EvaluationCompareQuerySerializer,
-    EvaluationCompareSerializer,
-    EvaluationRunCreateSerializer,
-    EvaluationRunDetailSerializer,
-    EvaluationRunSerializer,
-    EvaluationTableSerializer,
-    EvaluationTransferQuerySerializer,
-    EvaluationTransferSerializer,
+from harness_app.ids import MAX_ID
+from harness_app.models import Benchmark, PolicyConfig
+from harness_app.serializers import BoundedIntegerField, RowIdField
+from trajectories.api.fields import ConditionField
+from trajectories.models import (
+    EvaluationRun,
 )
+from trajectories.selectors import evaluations as selectors
+from trajectories.selectors.evaluations import METRICS as EVALUATION_METRICS
 from trajectories.services import evaluations
+from trajectories.services.rollouts import MAX_QUERY_LIMIT, MAX_TURNS_LIMIT
+
+# --- evaluation runs ------------------------------------------------------------------------
+
+
+class EvaluationRunCreateSerializer(serializers.Serializer[Any]):
+    """Types and the counts' ranges (a count past its column's range once reached the
+    INSERT); the rest is checked by services.evaluations.evaluation_create."""
+
+    name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    benchmarks = RowIdField(
+        queryset=Benchmark.objects.all(), many=True, help_text="benchmark ids (the table's rows)"
+    )
+    policies = RowIdField(
+        queryset=PolicyConfig.objects.all(), many=True, help_text="policy config ids"
+    )
+    conditions = serializers.ListField(
+        child=ConditionField(),
+        default=["full"],
+        help_text="conditions (minus_<mechanism>, ...); each policy config runs under each",
+    )
+    runs = serializers.IntegerField(default=3, help_text="runs per cell, 1 to 20")
+    query_limit = BoundedIntegerField(
+        low=1,
+        high=MAX_QUERY_LIMIT,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="the first Q queries only",
+    )
+    max_turns = BoundedIntegerField(low=1, high=MAX_TURNS_LIMIT, default=40, help_text="1 to 200")
+
+
+class EvaluationRunSerializer(serializers.ModelSerializer[EvaluationRun]):
+    created_by = serializers.CharField(source="created_by.username", default=None)
+    batches_total = serializers.IntegerField(help_text="one batch per cell and run")
+    batches_finished = serializers.IntegerField()
+    episodes_total = serializers.IntegerField(default=0)
+    episodes_completed = serializers.IntegerField(default=0)
+    episodes_failed = serializers.IntegerField(default=0)
+    progress = serializers.SerializerMethodField(help_text="finished episodes / total, 0 to 1")
+
+    class Meta:
+        model = EvaluationRun
+        fields = [
+            "id",
+            "name",
+            "status",
+            "benchmarks",
+            "policies",
+            "conditions",
+            "runs",
+            "query_limit",
+            "max_turns",
+            "batches_total",
+            "batches_finished",
+            "episodes_total",
+            "episodes_completed",
+            "episodes_failed",
+            "progress",
+            "created_by",
+            "created_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    def get_progress(self, evaluation: EvaluationRun) -> float:
+        total = getattr(evaluation, "episodes_total", 0) or 0
+        done = (getattr(evaluation, "episodes_completed", 0) or 0) + (
+            getattr(evaluation, "episodes_failed", 0) or 0
+        )
+        return round(done / total, 4) if total else 0.0
+
+
+class EvaluationConfigSerializer(serializers.Serializer[Any]):
+    # `label` is added in get_fields: as a class attribute it would shadow Field.label.
+
+    key = serializers.CharField(help_text='"<policy id>:<condition>", for compare\'s a and b')
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        fields["label"] = serializers.CharField(help_text="policy config · condition")
+        return fields
+
+
+class EvaluationRunDetailSerializer(EvaluationRunSerializer):
+    configs = serializers.SerializerMethodField()
+
+    class Meta(EvaluationRunSerializer.Meta):
+        fields = [*EvaluationRunSerializer.Meta.fields, "configs"]
+
+    @extend_schema_field(EvaluationConfigSerializer(many=True))
+    def get_configs(self, evaluation: EvaluationRun) -> list[dict[str, str]]:
+        """The run's configurations (policy config x condition): the table's columns."""
+        return list(self.context.get("configs") or [])
+
+
+class EvaluationTableSerializer(serializers.Serializer[Any]):
+    metrics = serializers.ListField(child=serializers.CharField())
+    columns = serializers.ListField(child=serializers.CharField(), help_text="metric labels")
+    rows = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="one per benchmark x configuration: benchmark, config, config_key, runs, n "
+        "(queries per run), failed (episodes), cells (mean ± std per metric) and values "
+        "({metric: {mean, std, runs}} or null)",
+    )
+
+
+class EvaluationCompareQuerySerializer(serializers.Serializer[Any]):
+    a = serializers.CharField(help_text="configuration key of A (the reference)")
+    b = serializers.CharField(help_text="configuration key of B; the difference is B - A")
+    metric = serializers.ChoiceField(choices=list(EVALUATION_METRICS), default="curated_recall")
+    benchmark = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_ID, help_text="one benchmark; omitted: all"
+    )
+
+
+class EvaluationCompareSerializer(serializers.Serializer[Any]):
+    metric = serializers.CharField()
+    metric_label = serializers.CharField()
+    a = EvaluationConfigSerializer()
+    b = EvaluationConfigSerializer()
+    benchmark = serializers.CharField(allow_null=True)
+    comparison = serializers.DictField(
+        allow_null=True,
+        help_text="n (paired queries), mean_a, mean_b, mean_difference (B - A), ci_low, "
+        "ci_high (percentile bootstrap), confidence, resamples, seed, wins, ties, losses; "
+        "null when the two share no completed query",
+    )
+
+
+class EvaluationTransferQuerySerializer(serializers.Serializer[Any]):
+    metric = serializers.ChoiceField(choices=list(EVALUATION_METRICS), default="curated_recall")
+
+
+class EvaluationTransferSerializer(serializers.Serializer[Any]):
+    metric = serializers.CharField()
+    metric_label = serializers.CharField()
+    configs = EvaluationConfigSerializer(many=True)
+    rows = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="one per benchmark: benchmark and cells, one {mean, std, runs} or null per "
+        "configuration",
+    )
+
+
+class EvaluationCancelSerializer(serializers.Serializer[Any]):
+    cancelled = serializers.IntegerField(help_text="pending episodes that will never start")
+    status = serializers.CharField()
 
 
 def _field_error(exc: evaluations.EvaluationParameterError | selectors.EvaluationQueryError) -> Any:

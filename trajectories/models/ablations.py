@@ -1,7 +1,7 @@
 """Ablation matrices: Harness-1's named conditions x N runs of an in-process policy over a
 benchmark, run by one task in one process (trajectories/services/ablations.py).
 
-The result is the harness's own `ablate.matrix_report()` document, the same JSON that
+The result is the harness's own `ablation_matrix.matrix_report()` document, the same JSON that
 `python -m harness_app.harness ablate --json` prints; it is written once, with the status
 `done`, so a matrix never shows a half-written result.
 """

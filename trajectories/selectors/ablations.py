@@ -1,11 +1,11 @@
 """Reads for ablation matrices: one matrix, the recent ones, the latest finished one, and
-its table, CSV and chart data (all read from the stored `ablate.matrix_report()`)."""
+its table, CSV and chart data (all read from the stored `ablation_matrix.matrix_report()`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness_app.harness.ablate import MATRIX_METRICS, format_spread, matrix_csv
+from harness_app.harness.ablation_matrix import MATRIX_METRICS, format_spread, matrix_csv
 from trajectories.models import AblationMatrix, MatrixStatus
 
 METRIC_LABELS = {

@@ -1,5 +1,6 @@
-"""Reads behind the annotator pages: the item being labelled, the annotator's history,
-bulk actions, agreement with names, and the episode's SFT exports (provenance).
+"""Reads behind the annotator pages: the queue's pool and counts, the item being labelled
+with its identical samples, the annotator's history, bulk actions, agreement with names,
+reward-hacking candidates, and the episode's SFT exports (provenance).
 
 Writes go through services/annotations.py; nothing here changes a row.
 """
@@ -9,11 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Avg, Count, Exists, OuterRef, Q, QuerySet, Subquery
 
 from harness_app.harness.tools import (
     CURATE,
@@ -25,20 +27,29 @@ from harness_app.harness.tools import (
     SEARCH_CORPUS,
     VERIFY,
 )
-from trajectories.episode_filters import FILTER_KEYS, EpisodeFilterError, episode_filters_clean
+from trajectories.episode_filters import (
+    FILTER_KEYS,
+    EpisodeFilterError,
+    episode_filters_clean,
+    episodes_matching,
+)
 from trajectories.models import (
+    FINISHED_EPISODE,
     Annotation,
     AnnotationBulkAction,
     AnnotationEvent,
     AnnotationEventKind,
     AnnotationLabel,
     AnnotationLock,
+    AnnotationStatus,
     CuratedItem,
     Episode,
+    EpisodeStatus,
     Verification,
 )
 from trajectories.selectors.agreement import annotation_agreement
 from trajectories.selectors.episode_list import RANGE_FIELDS
+from trajectories.selectors.identical import identical_samples
 from trajectories.selectors.turns import (
     Change,
     Gold,
@@ -47,9 +58,104 @@ from trajectories.selectors.turns import (
     turn_rows,
     turn_views,
 )
-from trajectories.services.annotations import default_overlap, label_family, queue_pool
 
 RECENT_BULK_ACTIONS = 20
+
+
+# --- the queue's reads (services/annotations.py writes with them) --------------------------
+
+
+def default_overlap() -> int:
+    """Distinct annotators wanted per episode (settings.ANNOTATION_OVERLAP, default 1)."""
+    return int(settings.ANNOTATION_OVERLAP)
+
+
+def live_locks(now: datetime) -> QuerySet[AnnotationLock]:
+    """The locks that still hold an episode for its annotator."""
+    return AnnotationLock.objects.filter(expires_at__gt=now)
+
+
+def queue_pool(*, filters: Mapping[str, Any]) -> QuerySet[Episode]:
+    """Every episode the queue may hand out under cleaned filters, labelled or not."""
+    # A teacher batch's episodes that failed its filter rule never enter the queue.
+    return (
+        episodes_matching(filters=filters)
+        .filter(status=EpisodeStatus.COMPLETED)
+        .exclude(teacher_passed=False)
+    )
+
+
+def label_family(*, annotator: Any, episode: Episode, now: datetime) -> list[int]:
+    """The identical samples of `episode` that the queue page's label on it also gives (its
+    "×N"): those the annotator holds with it and has not labelled, and when they relabel it,
+    those they labelled the same. Never one that another annotator holds."""
+    own = Annotation.objects.filter(episode=OuterRef("pk"), annotator=annotator)
+    held = live_locks(now).filter(episode=OuterRef("pk"), annotator=annotator)
+    reach = Q(Exists(held)) & ~Q(Exists(own))
+    mine = Annotation.objects.filter(episode=episode, annotator=annotator).first()
+    if mine is not None:
+        reach |= Q(Exists(own.filter(label=mine.label, reason=mine.reason)))
+    others = live_locks(now).filter(episode=OuterRef("pk")).exclude(annotator=annotator)
+    among = Episode.objects.filter(reach).exclude(Exists(others))
+    return identical_samples(episode=episode, among=among)
+
+
+def reward_hacking_candidates(
+    *, min_reward: float | None = None, limit: int = 50
+) -> QuerySet[Episode]:
+    """High-reward episodes that an annotator rejected: where the reward may be gamed.
+
+    "High" defaults to the mean reward of approved episodes: a rejected episode scoring at
+    least as well as what annotators accept is the reward model's blind spot.
+    """
+    if min_reward is None:
+        approved = Episode.objects.filter(annotation_status=AnnotationStatus.APPROVED)
+        min_reward = approved.aggregate(m=Avg("reward"))["m"]
+    rejected = Q(annotations__label=AnnotationLabel.REJECT)
+    episodes = Episode.objects.filter(
+        annotation_status__in=[AnnotationStatus.REJECTED, AnnotationStatus.DISPUTED],
+        reward__isnull=False,
+    )
+    if min_reward is not None:
+        episodes = episodes.filter(reward__gte=min_reward)
+    return (
+        episodes.select_related("query", "batch__benchmark", "batch__policy")
+        .annotate(rejections=Count("annotations", filter=rejected))
+        .order_by("-reward", "-pk")[:limit]
+    )
+
+
+# An annotator may take back their latest decision for this long after making it.
+UNDO_WINDOW = timedelta(minutes=10)
+
+
+def annotation_undoable(*, annotator: Any, now: datetime) -> AnnotationEvent | None:
+    """The annotator's latest decision if it may still be undone: made in the queue or a
+    review (not a bulk action), within UNDO_WINDOW, and not undone already."""
+    latest = (
+        AnnotationEvent.objects.filter(
+            actor=annotator, kind__in=[AnnotationEventKind.LABEL, AnnotationEventKind.UNDO]
+        )
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    if latest is None or latest.kind != AnnotationEventKind.LABEL:
+        return None
+    if now - latest.created_at > UNDO_WINDOW:
+        return None
+    return latest
+
+
+def bulk_targets(filters: Mapping[str, Any]) -> QuerySet[Episode]:
+    """The finished episodes a bulk action with these filters would label."""
+    return episodes_matching(filters=episode_filters_clean(filters)).filter(
+        status__in=FINISHED_EPISODE
+    )
+
+
+def annotation_bulk_preview(*, filters: Mapping[str, Any]) -> int:
+    """How many episodes a bulk action with these filters would label."""
+    return bulk_targets(filters).count()
 
 
 # --- filters from GET/POST parameters -------------------------------------------------------

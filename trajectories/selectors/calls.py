@@ -15,11 +15,11 @@ from typing import Any
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 
 from harness_app.harness.llm.reconstruct import (
+    PREFIX_MERGE,
     CallTokens,
     ChainBreak,
     Segment,
-    reconstruct_per_request,
-    reconstruct_prefix_merged,
+    reconstruct,
 )
 from trajectories.models import Episode, ModelCall, unpack_floats, unpack_ints
 from trajectories.selectors.tokens import call_content
@@ -169,19 +169,14 @@ def call_tokens_by_episode(calls: QuerySet[ModelCall]) -> dict[int, list[CallTok
 
 
 def episode_segments(
-    *, episode: Episode, mode: str = "prefix"
+    *, episode: Episode, reconstruction: str = PREFIX_MERGE
 ) -> tuple[list[Segment], list[ChainBreak]]:
-    """Training sequences rebuilt from the episode's successful model calls.
-
-    `mode` is "prefix" (merge calls whose prompts extend the chain) or "request" (one
-    sequence per call). Failed calls carry no completion and are left out.
+    """Training sequences rebuilt from the episode's successful model calls under the
+    `reconstruction` strategy (`reconstruct`'s ValueError names an unknown one). Failed
+    calls carry no completion and are left out.
     """
     calls = [
         call.call_tokens()
         for call in ModelCall.objects.filter(episode=episode, error="").order_by("pk")
     ]
-    if mode == "request":
-        return reconstruct_per_request(calls), []
-    if mode != "prefix":
-        raise ValueError(f"unknown reconstruction mode {mode!r}; use prefix or request")
-    return reconstruct_prefix_merged(calls)
+    return reconstruct(calls, strategy=reconstruction)

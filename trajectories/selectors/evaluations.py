@@ -18,8 +18,8 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
 
-from harness_app.harness.ablate import format_spread
 from harness_app.harness.ablation import condition_name
+from harness_app.harness.ablation_matrix import format_spread
 from harness_app.harness.csv_cells import csv_writer
 from harness_app.harness.stats import Spread, paired_bootstrap, spread
 from trajectories.models import (

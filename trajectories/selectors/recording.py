@@ -1,7 +1,7 @@
 """Reads over recording sessions: their calls as token chains, per agent, as plain data.
 
 Reconstruction is `harness.llm.reconstruct`'s, by strategy: `per_request`, or
-`prefix_merge` within each agent (`reconstruct_by_agent`), whose breaks name subagent
+`prefix_merge` within each agent (`reconstruct`), whose breaks name subagent
 starts and context compaction. The older names "prefix" and "request" are accepted as
 aliases (the API's ?mode=). `recording_report` compares the two on a set of sessions.
 Aborted and refused calls carry no completion and are left out of the chains; an aborted

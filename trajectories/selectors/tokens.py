@@ -3,7 +3,7 @@
 Each token shows its text: decoded by the tokenizer of the weights on this machine when
 there is one (`token_decoder`), else the text the server returned with the logprobs, else
 its id, with a note saying why. The loss mask is the one training sees: calls are merged
-into chains by prefix (`reconstruct_prefix_merged`), so a call's new prompt tokens (tool
+into chains by prefix (`reconstruct`'s default strategy), so a call's new prompt tokens (tool
 results, template markup) are masked and only its sampled tokens are trained on.
 """
 
@@ -18,11 +18,7 @@ from typing import Any
 
 from django.conf import settings
 
-from harness_app.harness.llm.reconstruct import (
-    Segment,
-    reconstruct_by_agent,
-    reconstruct_prefix_merged,
-)
+from harness_app.harness.llm.reconstruct import Segment, reconstruct
 from trajectories.models import Episode, ModelCall
 
 MASKED_TAIL = 48  # masked tokens shown before a completion; the rest are counted
@@ -97,8 +93,7 @@ def token_strips(
     numbers = {c.pk: number for number, c in enumerate(every, start=1)}
     calls = [c for c in every if not c.error]
     # A recorded session may hold a main agent and subagents: chains are merged per agent.
-    reconstruct = reconstruct_by_agent if episode.is_recorded else reconstruct_prefix_merged
-    chains, breaks = reconstruct(c.call_tokens() for c in calls)
+    chains, breaks = reconstruct([c.call_tokens() for c in calls])
     reasons = {b.call_id: b.reason for b in breaks}
     by_id = {c.pk: c for c in calls}
     strips = []

@@ -2,7 +2,7 @@
 
 A matrix runs Harness-1's named conditions x N runs of an in-process policy over the first
 Q judged queries of a benchmark, in one worker process, through the same library function
-as `python -m harness_app.harness ablate` (`harness_app.harness.ablate.matrix_run`). Its
+as `python -m harness_app.harness ablate` (`harness_app.harness.ablation_matrix.matrix_run`). Its
 progress (episodes done of total) is written to the row as it goes; the result is written
 once, together with the status `done`, so no reader ever sees half a result. Any failure
 marks the row `failed` with a message and leaves the result empty. A run that a crashed
@@ -20,8 +20,8 @@ from typing import Any
 from django.db import transaction
 
 from harness_app import jobs, queues
-from harness_app.harness.ablate import Progress, matrix_report, matrix_run
 from harness_app.harness.ablation import REFERENCE_CONDITIONS, reference_conditions
+from harness_app.harness.ablation_matrix import Progress, matrix_report, matrix_run
 from harness_app.harness.config import HarnessConfig
 from harness_app.harness.policies import POLICY_FACTORIES
 from harness_app.harness.retrieval.hybrid import RETRIEVERS

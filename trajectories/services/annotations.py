@@ -19,7 +19,8 @@ the annotator with it, and `annotation_label(with_identical=True)` gives them th
 each with its own Annotation and an event that names the episode the label was given on
 (`identical_to`; that episode's event lists them under `identical`). Skip and undo act on
 the whole item. The API labels one episode at a time. Agreement is read in
-selectors/agreement.py.
+selectors/agreement.py; the queue's pool, an item's identical samples (`label_family`) and
+reward-hacking candidates in selectors/annotation.py.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Avg, Count, Exists, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, F, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
-from trajectories.episode_filters import episode_filters_clean, episodes_matching
+from trajectories.episode_filters import episode_filters_clean
 from trajectories.models import (
     FINISHED_EPISODE,
     Annotation,
@@ -46,14 +47,20 @@ from trajectories.models import (
     AnnotationLock,
     AnnotationStatus,
     Episode,
-    EpisodeStatus,
+)
+from trajectories.selectors.annotation import (
+    UNDO_WINDOW,
+    annotation_undoable,
+    bulk_targets,
+    default_overlap,
+    label_family,
+    live_locks,
+    queue_pool,
 )
 from trajectories.selectors.identical import identical_samples
 
 MAX_OVERLAP = 20
 CANDIDATES_PER_ROUND = 20
-# An annotator may take back their latest decision for this long after making it.
-UNDO_WINDOW = timedelta(minutes=10)
 
 
 class AnnotationError(ValueError):
@@ -63,11 +70,6 @@ class AnnotationError(ValueError):
     def __init__(self, message: str, *, field: str = "") -> None:
         super().__init__(message)
         self.field = field
-
-
-def default_overlap() -> int:
-    """Distinct annotators wanted per episode (settings.ANNOTATION_OVERLAP, default 1)."""
-    return int(settings.ANNOTATION_OVERLAP)
 
 
 def lock_ttl() -> timedelta:
@@ -156,7 +158,7 @@ def annotation_label(
     # break the queue's promise that one annotator works an episode at a time. Who holds
     # it is not said: annotators label blind.
     now = timezone.now()
-    held = _live_locks(now).filter(episode=episode).exclude(annotator=annotator)
+    held = live_locks(now).filter(episode=episode).exclude(annotator=annotator)
     until = held.values_list("expires_at", flat=True).first()
     if until is not None:
         raise AnnotationError(
@@ -195,21 +197,6 @@ def _label_write(
     return annotation
 
 
-def label_family(*, annotator: Any, episode: Episode, now: datetime) -> list[int]:
-    """The identical samples of `episode` that the queue page's label on it also gives (its
-    "×N"): those the annotator holds with it and has not labelled, and when they relabel it,
-    those they labelled the same. Never one that another annotator holds."""
-    own = Annotation.objects.filter(episode=OuterRef("pk"), annotator=annotator)
-    held = _live_locks(now).filter(episode=OuterRef("pk"), annotator=annotator)
-    reach = Q(Exists(held)) & ~Q(Exists(own))
-    mine = Annotation.objects.filter(episode=episode, annotator=annotator).first()
-    if mine is not None:
-        reach |= Q(Exists(own.filter(label=mine.label, reason=mine.reason)))
-    others = _live_locks(now).filter(episode=OuterRef("pk")).exclude(annotator=annotator)
-    among = Episode.objects.filter(reach).exclude(Exists(others))
-    return identical_samples(episode=episode, among=among)
-
-
 # --- the queue ----------------------------------------------------------------------------
 
 
@@ -219,15 +206,11 @@ class Assignment:
     expires_at: datetime
 
 
-def _live_locks(now: datetime) -> QuerySet[AnnotationLock]:
-    return AnnotationLock.objects.filter(expires_at__gt=now)
-
-
 def _held(annotator: Any, now: datetime) -> Assignment | None:
     """The annotator's live lock on an episode they have not labelled yet, if any."""
     # The first lock taken: the queue page's item, whose identical samples came with it.
     lock = (
-        _live_locks(now)
+        live_locks(now)
         .filter(annotator=annotator)
         .exclude(episode__annotations__annotator=annotator)
         .select_related("episode")
@@ -237,21 +220,11 @@ def _held(annotator: Any, now: datetime) -> Assignment | None:
     return Assignment(episode=lock.episode, expires_at=lock.expires_at) if lock else None
 
 
-def queue_pool(*, filters: Mapping[str, Any]) -> QuerySet[Episode]:
-    """Every episode the queue may hand out under cleaned filters, labelled or not."""
-    # A teacher batch's episodes that failed its filter rule never enter the queue.
-    return (
-        episodes_matching(filters=filters)
-        .filter(status=EpisodeStatus.COMPLETED)
-        .exclude(teacher_passed=False)
-    )
-
-
 def _open_to(
     annotator: Any, filters: Mapping[str, Any], overlap: int, now: datetime
 ) -> QuerySet[Episode]:
     """The episodes the queue may hand this annotator now: free, short of labels, not theirs."""
-    taken = _live_locks(now).filter(episode=OuterRef("pk"))
+    taken = live_locks(now).filter(episode=OuterRef("pk"))
     mine = Annotation.objects.filter(episode=OuterRef("pk"), annotator=annotator)
     return (
         queue_pool(filters=filters)
@@ -356,23 +329,6 @@ def annotation_skip(*, annotator: Any, episode: Episode) -> list[int]:
     return item
 
 
-def annotation_undoable(*, annotator: Any, now: datetime) -> AnnotationEvent | None:
-    """The annotator's latest decision if it may still be undone: made in the queue or a
-    review (not a bulk action), within UNDO_WINDOW, and not undone already."""
-    latest = (
-        AnnotationEvent.objects.filter(
-            actor=annotator, kind__in=[AnnotationEventKind.LABEL, AnnotationEventKind.UNDO]
-        )
-        .order_by("-created_at", "-pk")
-        .first()
-    )
-    if latest is None or latest.kind != AnnotationEventKind.LABEL:
-        return None
-    if now - latest.created_at > UNDO_WINDOW:
-        return None
-    return latest
-
-
 @transaction.atomic
 def annotation_undo(*, annotator: Any, episode: Episode) -> Annotation | None:
     """Take back the annotator's latest decision, on `episode`, with the identical samples
@@ -444,17 +400,6 @@ def _identical_decisions(
 # --- bulk actions -------------------------------------------------------------------------
 
 
-def _bulk_targets(filters: Mapping[str, Any]) -> QuerySet[Episode]:
-    return episodes_matching(filters=episode_filters_clean(filters)).filter(
-        status__in=FINISHED_EPISODE
-    )
-
-
-def annotation_bulk_preview(*, filters: Mapping[str, Any]) -> int:
-    """How many episodes a bulk action with these filters would label."""
-    return _bulk_targets(filters).count()
-
-
 @transaction.atomic
 def annotation_bulk_apply(
     *,
@@ -476,7 +421,7 @@ def annotation_bulk_apply(
             "or say that every episode is meant (every_episode)",
             field="filters",
         )
-    ids = list(_bulk_targets(filters).values_list("pk", flat=True))
+    ids = list(bulk_targets(filters).values_list("pk", flat=True))
     action = AnnotationBulkAction.objects.create(
         actor=actor, filters=dict(filters), label=label, reason=reason, episodes=len(ids)
     )
@@ -567,31 +512,3 @@ def _restore(annotation: Annotation, before: dict[str, str] | None) -> None:
     annotation.label, annotation.reason = before["label"], before["reason"]
     annotation.notes = before.get("notes", "")
     annotation.save()
-
-
-# --- reads ----------------------------------------------------------------------------------
-
-
-def reward_hacking_candidates(
-    *, min_reward: float | None = None, limit: int = 50
-) -> QuerySet[Episode]:
-    """High-reward episodes that an annotator rejected: where the reward may be gamed.
-
-    "High" defaults to the mean reward of approved episodes: a rejected episode scoring at
-    least as well as what annotators accept is the reward model's blind spot.
-    """
-    if min_reward is None:
-        approved = Episode.objects.filter(annotation_status=AnnotationStatus.APPROVED)
-        min_reward = approved.aggregate(m=Avg("reward"))["m"]
-    rejected = Q(annotations__label=AnnotationLabel.REJECT)
-    episodes = Episode.objects.filter(
-        annotation_status__in=[AnnotationStatus.REJECTED, AnnotationStatus.DISPUTED],
-        reward__isnull=False,
-    )
-    if min_reward is not None:
-        episodes = episodes.filter(reward__gte=min_reward)
-    return (
-        episodes.select_related("query", "batch__benchmark", "batch__policy")
-        .annotate(rejections=Count("annotations", filter=rejected))
-        .order_by("-reward", "-pk")[:limit]
-    )

@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import orjson
-import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from harness_app.wire.errors import ProtocolError
@@ -37,9 +35,8 @@ from trajectories.models import (
     EpisodeStatus,
     ModelCall,
     RecordingSession,
-    pack_floats,
-    pack_ints,
 )
+from trajectories.services.model_calls import model_call_append, model_call_columns
 
 KEY_PREFIX = "hrk_"
 CLOSED_REASON = "session_closed"
@@ -292,100 +289,34 @@ class RecordedCall:
 def recorded_call_save(*, session: RecordingSession, call: RecordedCall) -> int:
     """Store one call as the next turn of the session's episode; its turn index.
 
-    Numbering, the insert and the episode's counters happen under the episode row's lock,
-    so concurrent calls (an agent's parallel subagents) get distinct, gap-free turn
-    indexes. This write sits between the upstream's answer and the agent, so it is one
-    statement on PostgreSQL (`_CALL_INSERT_POSTGRESQL`): a locking read, an ORM insert and
-    an update cost 3 ms a call with 8,000 prompt ids, this statement under 1 ms
-    (docs/proxy.md). The untrainable mark, rare, is a second statement; closing the
-    session recomputes it anyway.
+    `model_call_append` numbers and inserts it under the episode row's lock, in one
+    statement on PostgreSQL. The untrainable mark, rare, is a second statement; closing
+    the session recomputes it anyway.
     """
-    choice = (call.response.get("choices") or [{}])[0] or {}
-    completed = not call.error
-    values = {
-        "episode": session.episode_id,
-        "request": orjson.dumps(call.request).decode(),
-        "response": orjson.dumps(call.response).decode(),
-        "prompt": pack_ints(call.prompt_ids),
-        "completion": pack_ints(call.completion_ids),
-        "logprobs": pack_floats(call.logprobs),
-        "finish_reason": str(choice.get("finish_reason") or "")[:40],
-        "usage": orjson.dumps(call.response.get("usage") or {}).decode(),
-        "latency_ms": call.latency_ms,
-        "version": call.policy_version[:100],
-        "completed": completed,
-        "error": call.error,
-        "agent": call.agent,
-        "aborted": call.aborted,
-        "api": call.api,
-        "now": timezone.now(),
-    }
-    insert = _call_insert_postgresql if connection.vendor == "postgresql" else _call_insert
-    numbered = insert(values)
+    numbered = model_call_append(
+        model_call_columns(
+            episode_id=session.episode_id,
+            turn_index=0,  # numbered by the insert
+            request=call.request,
+            response=call.response,
+            prompt_ids=call.prompt_ids,
+            completion_ids=call.completion_ids,
+            logprobs=call.logprobs,
+            finish_reason=_finish_reason(call),
+            usage=call.response.get("usage") or {},
+            latency_ms=call.latency_ms,
+            policy_version=call.policy_version,
+            error=call.error,
+            agent=call.agent,
+            aborted=call.aborted,
+            api=call.api,
+        )
+    )
     if numbered is None:
         raise Episode.DoesNotExist(f"episode {session.episode_id} of the session is gone")
-    turn_index, first_version = int(numbered[0]), str(numbered[1])
+    turn_index, first_version = numbered
     _mark_untrainable(session, call, turn_index, first_version)
     return turn_index
-
-
-# The episode's policy version is its first completed call's. The UPDATE locks the
-# episode row until the statement commits, so each call reads the count its predecessor
-# left; RETURNING gives the new row, hence `turns - 1`.
-_EPISODE_NUMBER = """
-    UPDATE trajectories_episode
-       SET turns = turns + 1,
-           policy_version = CASE WHEN policy_version = '' AND %(completed)s
-                                 THEN %(version)s ELSE policy_version END
-     WHERE id = %(episode)s
- RETURNING turns - 1 AS turn_index, policy_version AS first_version
-"""
-_CALL_COLUMNS = """
-    episode_id, turn_index, request, response, prompt_token_ids_blob,
-    completion_token_ids_blob, completion_logprobs_blob, finish_reason, usage,
-    latency_ms, policy_version, error, agent, aborted, created_at, prompt_messages,
-    rerendered, api
-"""
-_CALL_VALUES = """
-    %(episode)s, {turn_index}, %(request)s{jsonb}, %(response)s{jsonb}, %(prompt)s,
-    %(completion)s, %(logprobs)s, %(finish_reason)s, %(usage)s{jsonb}, %(latency_ms)s,
-    %(version)s, %(error)s, %(agent)s, %(aborted)s, %(now)s, '[]'{jsonb}, FALSE, %(api)s
-"""
-_CALL_INSERT_POSTGRESQL = f"""
-WITH numbered AS ({_EPISODE_NUMBER})
-INSERT INTO trajectories_modelcall ({_CALL_COLUMNS})
-SELECT {_CALL_VALUES.format(turn_index="turn_index", jsonb="::jsonb")} FROM numbered
-RETURNING turn_index, (SELECT first_version FROM numbered)
-"""
-_CALL_INSERT = f"""
-INSERT INTO trajectories_modelcall ({_CALL_COLUMNS})
-VALUES ({_CALL_VALUES.format(turn_index="%(turn_index)s", jsonb="")})
-"""
-
-
-# Both inserts answer (turn index, the episode's first policy version), or None when the
-# episode row is gone.
-
-
-def _call_insert_postgresql(values: dict[str, Any]) -> tuple[Any, ...] | None:
-    # A server-side binding cursor: Django's client-side binding would quote the token
-    # blobs (32 KB for 8,000 prompt tokens) into the SQL text as hex, another 0.5 ms.
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(_CALL_INSERT_POSTGRESQL, values)
-        return cursor.fetchone()
-
-
-@transaction.atomic
-def _call_insert(values: dict[str, Any]) -> tuple[Any, ...] | None:
-    # SQLite: the transaction takes the write lock when it begins (transaction_mode
-    # IMMEDIATE in settings), which serialises the numbering.
-    with connection.cursor() as cursor:
-        cursor.execute(_EPISODE_NUMBER, values)
-        numbered = cursor.fetchone()
-        if numbered is not None:
-            cursor.execute(_CALL_INSERT, {**values, "turn_index": numbered[0]})
-        return numbered
 
 
 def _truncated(turn_index: int) -> str:

@@ -41,10 +41,9 @@ from trajectories.models import (
     TerminationPolicy,
     Turn,
     VerifierCall,
-    pack_floats,
-    pack_ints,
 )
 from trajectories.services.final_states import final_state_record
+from trajectories.services.model_calls import model_call_record_columns, model_calls_create
 from trajectories.teacher_rule import (
     TeacherRuleError,
     teacher_rule_clean,
@@ -314,10 +313,10 @@ def turn_record(
     *,
     claim: Claim,
     turn: TurnRecord,
-    calls: Sequence[tuple[int, ModelCallRecord]],
     previous_state: HarnessStateJson | None = None,
 ) -> None:
-    """Persist one turn and the model calls made for it, and beat the heartbeat.
+    """Persist one turn and the model calls made for it (`turn.calls.model`), and beat the
+    heartbeat.
 
     With `previous_state` (the last turn's snapshot), the state is stored as a delta except
     on every SNAPSHOT_EVERY-th turn, which bounds how many deltas a reader applies.
@@ -344,7 +343,7 @@ def turn_record(
             harness_ms=turn.env_seconds * 1000,
             policy_ms=turn.policy_seconds * 1000,
         )
-        model_calls_record(claim=claim, calls=calls)
+        model_calls_record(claim=claim, calls=turn.calls.model)
         Episode.objects.filter(pk=claim.episode.pk).update(heartbeat_at=timezone.now())
 
 
@@ -361,24 +360,13 @@ def _relax_durability() -> None:
 
 
 def model_calls_record(*, claim: Claim, calls: Sequence[tuple[int, ModelCallRecord]]) -> None:
-    ModelCall.objects.bulk_create(
-        ModelCall(
-            episode=claim.episode,
-            turn_index=turn_index,
-            request=record.request,
-            response=record.response,
-            prompt_token_ids_blob=pack_ints(record.prompt_token_ids),
-            completion_token_ids_blob=pack_ints(record.completion_token_ids),
-            completion_logprobs_blob=pack_floats(record.completion_logprobs),
-            finish_reason=record.finish_reason,
-            usage=record.usage,
-            latency_ms=record.latency_ms,
-            policy_version=record.policy_version,
-            error=record.error,
-            prompt_messages=record.prompt_messages,
-            rerendered=record.rerendered,
+    model_calls_create(
+        rows=(
+            model_call_record_columns(
+                episode_id=claim.episode.pk, turn_index=turn_index, record=record
+            )
+            for turn_index, record in calls
         )
-        for turn_index, record in calls
     )
 
 

@@ -29,19 +29,21 @@ from trajectories.models import (
     Episode,
 )
 from trajectories.selectors import annotation
-from trajectories.services.annotations import (
+from trajectories.selectors.annotation import (
     UNDO_WINDOW,
+    annotation_bulk_preview,
+    annotation_undoable,
+    reward_hacking_candidates,
+)
+from trajectories.services.annotations import (
     AnnotationError,
     annotation_bulk_apply,
-    annotation_bulk_preview,
     annotation_bulk_undo,
     annotation_label,
     annotation_next,
     annotation_skip,
     annotation_undo,
-    annotation_undoable,
     label_check,
-    reward_hacking_candidates,
 )
 
 LABEL_CHOICES = AnnotationLabel.choices

@@ -26,6 +26,7 @@ from harness_app.harness.csv_cells import csv_writer
 from harness_app.ids import as_id
 from harness_app.models import Document
 from harness_app.roles import Role, browse_required, user_has_role
+from trajectories.api.episodes import episode_trajectory_data
 from trajectories.forms import EpisodeFilterForm, SavedFilterForm
 from trajectories.models import Episode, EpisodeKind
 from trajectories.selectors import annotation, recording, tokens
@@ -48,7 +49,6 @@ from trajectories.selectors.episode_list import (
     saved_filters_of,
     sort_headers,
 )
-from trajectories.serializers import episode_trajectory_data
 from trajectories.services import saved_filters
 
 # --- episodes -------------------------------------------------------------------------------

@@ -171,7 +171,8 @@ class ChatPolicy:
         self.config = config or ChatPolicyConfig()
         self.prefix_messages = list(prefix_messages or [])
         self.messages: list[dict[str, Any]] = []
-        self.calls: list[tuple[int, ModelCallRecord]] = []
+        self.calls: list[tuple[int, ModelCallRecord]] = []  # the episode's, with their turns
+        self._taken = 0  # calls already handed over by take_calls
         self._pending_ids: list[str] = []
         self._tokens: list[int] = []  # the last call's prompt + completion, as sampled
         self._assistant_at = -1  # index in `messages` of the last assistant reply
@@ -210,13 +211,18 @@ class ChatPolicy:
     # -- Policy protocol -------------------------------------------------------------
     def reset(self, query_text: str) -> None:
         self.messages = list(self.prefix_messages) or [self._system_message()]
-        self.calls = []
+        self.calls, self._taken = [], 0
         self._pending_ids = []
         self._tokens, self._assistant_at, self._stopped = [], -1, False
         self._question, self._snapshots, self._entries = query_text, {}, []
         self._marked = 0
         self.truncations = []
         self._recorded_upto = 0
+
+    def take_calls(self) -> list[tuple[int, ModelCallRecord]]:
+        """The model calls made since the last take, each with its turn (`CallRecorder`)."""
+        taken, self._taken = self.calls[self._taken :], len(self.calls)
+        return taken
 
     def act(self, observation: Observation, state: Any) -> list[ToolCall]:
         if self.rerender:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from harness_app.harness.llm.upstreams import NoReplicaError, UpstreamPool
+from harness_app.harness.types import JSONObject
 
 # Phrases vLLM (and OpenAI) use when the prompt does not fit the context window.
 _OVERFLOW_MARKERS = ("maximum context length", "context length", "too long", "max_model_len")
@@ -62,7 +63,7 @@ class ModelCallRecord:
     # the previous call: reconstruction then gives the call its own training sequence.
     rerendered: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
     @property

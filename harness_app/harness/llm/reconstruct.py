@@ -1,7 +1,10 @@
 """Rebuild training sequences from recorded model calls (as Polar does for any harness).
 
-Two strategies, by name (`STRATEGIES`; `reconstruct` runs either, `strategy_clean` checks
-a name and accepts the older "prefix"/"request"):
+Two strategies, by name (`STRATEGIES`). `reconstruct` is the one place a strategy is
+chosen: every reader of training sequences (SFT exports, RL batches, the episode page's
+token strips, the calls selector, the recording report) calls it with the strategy it was
+given, so all of them see the same segments in the same order with the same break labels.
+`strategy_clean` checks a name and accepts the older "prefix"/"request".
 
 - per request (`per_request`): every call is its own sequence; the prompt is masked out
   and the completion is trained on.
@@ -20,9 +23,9 @@ Each such sequence is one turn: its prompt masked, its completion trained on.
 
 Calls recorded from an outside agent (trajectories/recording.py) carry an `agent`: a
 fingerprint of their system prompt, which tells a main agent from the subagents it starts.
-`reconstruct_by_agent` merges each agent's calls on their own and names the breaks: a
-subagent starting, or the agent compacting its context (its history shrank or was
-rewritten).
+Prefix merging merges each agent's calls on their own (our own rollouts have one agent,
+"") and names the breaks: a subagent starting, or the agent compacting its context (its
+history shrank or was rewritten).
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def _start(call: CallTokens) -> Segment:
     return segment
 
 
-def reconstruct_per_request(calls: Iterable[CallTokens]) -> list[Segment]:
+def _per_request(calls: Iterable[CallTokens]) -> list[Segment]:
     return [_start(call) for call in calls]
 
 
@@ -94,13 +97,6 @@ def _first_difference(chain: list[int], prompt: list[int]) -> int:
         if a != b:
             return i
     return min(len(chain), len(prompt))
-
-
-def reconstruct_prefix_merged(
-    calls: Iterable[CallTokens],
-) -> tuple[list[Segment], list[ChainBreak]]:
-    """Merge calls into chains; returns the chains and every break with its reason."""
-    return _merge(calls, _break_reason)
 
 
 def _merge(
@@ -127,27 +123,16 @@ def _merge(
     return chains, breaks
 
 
-def _break_reason(chains: list[Segment], call: CallTokens) -> str:
-    if not chains:
-        return "first_call"
-    last = chains[-1]
-    at = _first_difference(last.token_ids, call.prompt_ids)
-    if at >= len(call.prompt_ids):
-        return f"prompt shorter than the chain ({len(call.prompt_ids)} < {len(last.token_ids)})"
-    return f"prefix mismatch at token {at} of {len(last.token_ids)}"
-
-
-def reconstruct_by_agent(
-    calls: Iterable[CallTokens],
-) -> tuple[list[Segment], list[ChainBreak]]:
+def _by_agent(calls: Iterable[CallTokens]) -> tuple[list[Segment], list[ChainBreak]]:
     """Prefix merging within each agent: the main agent's chains first, then each subagent's
     in the order it first called.
 
-    A call can only extend a chain that starts with its own system prompt, so the segments
-    are those of `reconstruct_prefix_merged`; what this adds is the order and the reasons:
-    `first_call`, `subagent_start`, `context_compaction: …` (the prompt is shorter than the
-    agent's history: it summarised or dropped turns) and `history_rewritten: …` (same
-    length or longer, but an earlier token differs: an edited or re-tokenised history).
+    A call can only extend a chain that starts with its own system prompt, so merging per
+    agent finds the chains merging over all calls would; what the agent adds is the order
+    and the reasons: `first_call`, `subagent_start`, `context_compaction: …` (the prompt is
+    shorter than the agent's history: it summarised or dropped turns) and
+    `history_rewritten: …` (same length or longer, but an earlier token differs: an edited
+    or re-tokenised history).
     """
     by_agent: dict[str, list[CallTokens]] = {}
     for call in calls:
@@ -198,12 +183,18 @@ def strategy_clean(value: str, *, field: str = "reconstruction") -> str:
 def reconstruct(
     calls: Iterable[CallTokens], *, strategy: str = PREFIX_MERGE
 ) -> tuple[list[Segment], list[ChainBreak]]:
-    """The calls' sequences under a strategy (aliases accepted).
+    """The calls' sequences under a strategy (aliases accepted; a ValueError names it).
 
-    prefix_merge: `reconstruct_by_agent`'s chains and their breaks. per_request: one
-    sequence per call (its prompt masked, its completion trained on) and no breaks: N calls
-    are N sequences, and a prefix the calls share is processed again by each.
+    prefix_merge: chains merged by prefix within each agent, the main agent's first, and
+    every break with its reason. per_request: one sequence per call (its prompt masked, its
+    completion trained on) and no breaks: N calls are N sequences, and a prefix the calls
+    share is processed again by each.
     """
     if strategy_clean(strategy) == PER_REQUEST:
-        return reconstruct_per_request(calls), []
-    return reconstruct_by_agent(calls)
+        return _per_request(calls), []
+    return _by_agent(calls)
+
+
+def unexpected_breaks(breaks: Iterable[ChainBreak]) -> list[ChainBreak]:
+    """The breaks that are a failure to merge, not by design (`EXPECTED_BREAKS`)."""
+    return [b for b in breaks if b.reason not in EXPECTED_BREAKS]

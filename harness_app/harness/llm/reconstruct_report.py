@@ -39,6 +39,7 @@ from harness_app.harness.llm.reconstruct import (
     CallTokens,
     reconstruct,
 )
+from harness_app.harness.types import JSONObject
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class StrategyFigures:
     over_cap_sequences: int = 0
     breaks: Counter[str] = field(default_factory=Counter)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "strategy": self.strategy,
             "sequences": self.sequences,
@@ -116,7 +117,7 @@ class StrategyReport:
             return None
         return float(getattr(self.figures[PER_REQUEST], figure)) / merged
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "sessions": self.sessions,
             "calls": self.calls,

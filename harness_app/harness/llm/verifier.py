@@ -10,8 +10,9 @@ verdict, or both, is "unclear" and keeps the raw text as its rationale. yes maps
 supported (score 1.0), no to unsupported (0.0), unclear scores 0.5.
 
 Every call, failed ones included, is kept as a `VerifierCallRecord` (usage, latency, model,
-token ids when the server returns them) until the caller `drain`s them: the web app stores
-them apart from the policy's calls, which are training data and these are not. A server
+token ids when the server returns them) until they are taken (`take_calls`; the runner
+puts them on each turn's record): the web app stores them apart from the policy's calls,
+which are training data and these are not. A server
 that cannot be reached, times out, or answers with an error raises `VerifierError` (a
 `ServiceError` naming the URL), which ends the episode; timeouts are bounded.
 """
@@ -156,8 +157,8 @@ class LLMVerifier:
     def close(self) -> None:
         self._client.close()
 
-    def drain(self) -> list[VerifierCallRecord]:
-        """The calls made since the last drain, oldest first."""
+    def take_calls(self) -> list[VerifierCallRecord]:
+        """The calls made since the last take, oldest first (`types.CallRecorder`)."""
         calls, self.calls = self.calls, []
         return calls
 

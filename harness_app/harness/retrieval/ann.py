@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from harness_app.harness.retrieval.dense import DenseIndex, DenseIndexError, build_lock
+from harness_app.harness.types import JSONObject
 
 FORMAT = "harness-hnsw"
 FORMAT_VERSION = 1
@@ -83,7 +84,7 @@ def _faiss() -> Any:
 class HnswIndex:
     """An HNSW graph over one DenseIndex's rows; positions are the embeddings' rows."""
 
-    def __init__(self, graph: Any, manifest: dict[str, Any], ef_search: int = EF_SEARCH) -> None:
+    def __init__(self, graph: Any, manifest: JSONObject, ef_search: int = EF_SEARCH) -> None:
         self.graph = graph
         self.manifest = manifest
         self.ef_search = ef_search
@@ -173,7 +174,7 @@ class HnswIndex:
         return positions[order], scores[order]
 
 
-def _identity(dense: DenseIndex) -> dict[str, Any]:
+def _identity(dense: DenseIndex) -> JSONObject:
     """What ties a graph to its embeddings."""
     return {
         "documents": len(dense),
@@ -236,7 +237,7 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def _read_manifest(folder: Path) -> dict[str, Any]:
+def _read_manifest(folder: Path) -> JSONObject:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except FileNotFoundError:

@@ -12,12 +12,12 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from harness_app.harness.beir import load_beir
 from harness_app.harness.retrieval.bm25 import BM25Index
 from harness_app.harness.retrieval.cache import open_index
 from harness_app.harness.retrieval.hybrid import dense_build, retriever_open
+from harness_app.harness.types import JSONObject
 
 RECALL_CUTOFFS = (10, 30, 100)
 
@@ -50,7 +50,7 @@ def evaluate_beir(
     b: float = 0.4,
     index_dir: Path | str | None = None,
     depth: int = 100,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Build a BM25 index over a BEIR folder, run its judged queries and score them.
 
     Returns a flat, JSON-ready dict: ndcg@10, recall@100, queries_per_s, build_s, load_s
@@ -90,7 +90,7 @@ def evaluate_beir(
 
 def evaluate_retriever(
     folder: Path | str, split: str = "test", *, retriever: str, index_dir: Path | str
-) -> dict[str, Any]:
+) -> JSONObject:
     """Score the `retriever` ("bm25", "dense" or "hybrid") on a BEIR folder's judged queries.
 
     Unlike `evaluate_beir`, the BM25 index and the embeddings are kept in `index_dir`

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from harness_app.harness.types import Document, Retriever, SearchHit, ServiceError
+from harness_app.harness.types import Document, JSONObject, Retriever, SearchHit, ServiceError
 
 DEPTH = 50
 DOC_CHARS = 2000
@@ -176,10 +176,10 @@ class RerankingRetriever:
             self.stats.latency_ms += (time.perf_counter() - started) * 1000
 
 
-def _body(endpoint: str, model: str, query: str, texts: list[str]) -> dict[str, Any]:
+def _body(endpoint: str, model: str, query: str, texts: list[str]) -> JSONObject:
     if endpoint == "rerank":
-        return {"model": model, "query": query, "documents": texts, "top_n": len(texts)}
-    return {"model": model, "text_1": query, "text_2": texts}
+        return {"model": model, "query": query, "documents": [*texts], "top_n": len(texts)}
+    return {"model": model, "text_1": query, "text_2": [*texts]}
 
 
 def _parse(endpoint: str, response: httpx.Response, count: int) -> dict[int, float] | None:
