@@ -79,17 +79,6 @@ def test_no_role_topic_module_families_remain() -> None:
     assert not families, f"role_topic modules; make them a package: {families}"
 
 
-# Families the naming rule below still finds, each to be removed by the work named.
-KNOWN_TOPIC_FAMILIES = {
-    # removed by training/sft/ (issue 34 item 3)
-    "training/sft",
-    # SFT's services, whose place issue 34 item 3 (training/sft/, one base with RL) decides
-    "training/services/sft",
-    # RL's services (jobs, job settings, step metrics), beside SFT's in that same item
-    "training/services/rl",
-}
-
-
 def _topic_families() -> dict[str, list[str]]:
     """Modules grouped by folder and the stem's first word: `proxy.py`, `proxy_body.py` and
     `proxy_limits.py` are the family `trajectories/proxy`."""
@@ -102,11 +91,5 @@ def _topic_families() -> dict[str, list[str]]:
 
 def test_no_topic_module_families_remain() -> None:
     # proxy.py beside proxy_body.py and proxy_limits.py: a package (proxy/body.py) instead
-    families = {k: v for k, v in _topic_families().items() if k not in KNOWN_TOPIC_FAMILIES}
+    families = _topic_families()
     assert not families, f"<topic>_*.py families of 3 or more; make each a package: {families}"
-
-
-def test_each_known_topic_family_is_still_there() -> None:
-    # An exception outlives its family only by mistake: drop it with the family.
-    gone = sorted(KNOWN_TOPIC_FAMILIES - set(_topic_families()))
-    assert not gone, f"these families are gone; drop them from KNOWN_TOPIC_FAMILIES: {gone}"
