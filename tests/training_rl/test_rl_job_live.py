@@ -18,7 +18,7 @@ import pytest
 
 from harness_app.models import Benchmark, PolicyConfig, PolicyKind
 from harness_app.services.benchmarks import benchmark_import
-from tests.vllm import VLLM_URL, base_model, needs_vllm, served_models
+from tests.vllm import VLLM_URL, base_model, needs_vllm_adapters, served_models
 from tests.workers import start_worker, wait_until
 from training.models import RLJob, RLJobStatus, RLStepStatus
 from training.services.rl_jobs import RLJobSettings, rl_job_create
@@ -26,7 +26,7 @@ from trajectories.models import Episode, ModelCall
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    needs_vllm,
+    needs_vllm_adapters,
 ]
 
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import uuid
 
 from harness_app.harness.llm.client import ChatClient, Sampling
-from tests.vllm import VLLM_URL, needs_vllm
+from tests.vllm import VLLM_URL, needs_vllm_adapters
 from training.rl.batches import TrainSequence
 
 MAX_GAP, MEAN_GAP = 1e-3, 1e-4
-pytestmark = needs_vllm
+pytestmark = needs_vllm_adapters
 QUESTIONS = ["What is the capital of France?", "Name a prime number and say why."]
 
 

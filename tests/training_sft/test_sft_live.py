@@ -17,7 +17,7 @@ import pytest
 
 from harness_app.models import PolicyConfig, PolicyKind
 from tests import factories
-from tests.vllm import VLLM_URL, base_model, needs_vllm, served_models
+from tests.vllm import VLLM_URL, base_model, needs_vllm_adapters, served_models
 from tests.workers import start_worker, wait_until
 from training.models import ExportStatus, RLJobStatus, RLStepStatus, SFTJobStatus
 from training.services.exports import sft_export_create, sft_export_run
@@ -26,7 +26,7 @@ from training.services.sft_jobs import SFTJobSettings, sft_job_create
 from trajectories.models import Episode, ModelCall, RolloutBatch
 from trajectories.services.annotations import annotation_bulk_apply
 
-pytestmark = [pytest.mark.django_db(transaction=True), needs_vllm]
+pytestmark = [pytest.mark.django_db(transaction=True), needs_vllm_adapters]
 
 
 @pytest.fixture
