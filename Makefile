@@ -47,10 +47,11 @@ run: demo
 # The agent-CLI recording tests need the CLIs wherever node is installed.
 # pytest-xdist runs the suite in one process per core (PYTEST_WORKERS=1 for one process);
 # each gets its own test database, data folder and Redis broker database (config/env.py).
+# The 30 slowest tests are listed at the end: where the next minutes of CI would come from.
 PYTEST_WORKERS ?= auto
 test: install-dev $(if $(shell command -v npm),harnesses)
 	HARNESS_DATA_DIR="$${HARNESS_DATA_DIR:-$$(mktemp -d)}" $(VENV)/bin/pytest \
-		--numprocesses=$(PYTEST_WORKERS) --dist=loadgroup $(PYTEST_ARGS)
+		--numprocesses=$(PYTEST_WORKERS) --dist=loadgroup --durations=30 $(PYTEST_ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check .
