@@ -47,10 +47,14 @@ run: demo
 # The agent-CLI recording tests need the CLIs wherever node is installed.
 # pytest-xdist runs the suite in one process per core (PYTEST_WORKERS=1 for one process);
 # each gets its own test database, data folder and Redis broker database (config/env.py).
+# One compute thread per process (OMP_NUM_THREADS=1, for PyTorch's trainers and encoders
+# that the tests and their workers start): with a process per core, each library's own
+# pool of a thread per core would oversubscribe the cores and spin.
 # The 30 slowest tests are listed at the end: where the next minutes of CI would come from.
 PYTEST_WORKERS ?= auto
 test: install-dev $(if $(shell command -v npm),harnesses)
-	HARNESS_DATA_DIR="$${HARNESS_DATA_DIR:-$$(mktemp -d)}" $(VENV)/bin/pytest \
+	HARNESS_DATA_DIR="$${HARNESS_DATA_DIR:-$$(mktemp -d)}" OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
+		$(VENV)/bin/pytest \
 		--numprocesses=$(PYTEST_WORKERS) --dist=loadgroup --durations=30 $(PYTEST_ARGS)
 
 lint: install-dev
